@@ -1,0 +1,3 @@
+//! Empty host-side library so the agent's build script can depend on this crate (which makes
+//! cargo rebuild the agent when the kernel programs change). The programs are in `main.rs`.
+#![no_std]

@@ -1,0 +1,783 @@
+//! `uvmwatch run`: the agent's main loop.
+//!
+//! One task owns the event state: it drains the ring buffer when it is readable, scans the
+//! in-flight maps every [`stall::SCAN_INTERVAL`] for stalls, attaches `cuInit` probes to
+//! each new libcuda, and sweeps stale fd entries. The HTTP server runs beside it and reads
+//! the kernel's aggregates on scrape.
+
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+    time::Duration,
+};
+
+use anyhow::{Context, Result};
+use aya::maps::{MapData, RingBuf};
+use tokio::{
+    io::unix::AsyncFd,
+    signal::unix::{signal, SignalKind},
+};
+use uvmwatch_common::{
+    node, result, CuinitEvent, IoctlEvent, OpenEvent, TaskEvent, DIED_IN_CUINIT, DIED_IN_IOCTL,
+    IOCTL_FAILED, IOCTL_IN_CUINIT, IOCTL_SLOW, OPEN_IN_CUINIT, OPEN_LIBCUDA,
+};
+
+use crate::{
+    discovery::{self, Discovery, LibTarget},
+    events::{self, cstr, Event},
+    http,
+    kernel::{self, Kernel, KernelSettings},
+    metrics::{KernelCollector, Metrics},
+    nvidia, procfs,
+    stall::{self, CallKey, CallKind, InFlight, StallDetector},
+};
+
+/// Settings of `uvmwatch run`.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// Address of the `/metrics` and `/healthz` server.
+    pub listen: SocketAddr,
+    /// A `cuInit` running this long is a stall.
+    pub cuinit_stall: Duration,
+    /// A driver ioctl running this long is a stall.
+    pub ioctl_stall: Duration,
+    /// Ioctls at least this long are logged one by one (capped at `ioctl_stall`).
+    pub slow_ioctl: Duration,
+    /// Extra libcuda files to probe (`--libcuda`).
+    pub libcuda: Vec<PathBuf>,
+    /// Look through every process's maps at start (`--no-proc-scan` turns it off).
+    pub proc_scan: bool,
+    /// `/proc` (a different root only in tests).
+    pub proc_root: PathBuf,
+}
+
+/// Per-thread record of a `cuInit` in progress, for the summary logged when it ends.
+#[derive(Debug, Default)]
+struct CuinitCall {
+    tgid: u32,
+    ioctls: u32,
+    opens: u32,
+    /// Last failed driver call inside this cuInit: (what, result).
+    last_failure: Option<(String, String)>,
+}
+
+/// The event-handling state.
+struct Core {
+    cfg: RunConfig,
+    kernel: Arc<Mutex<Kernel>>,
+    metrics: Metrics,
+    discovery: Discovery,
+    detector: StallDetector,
+    cuinit: HashMap<u32, CuinitCall>,
+}
+
+fn comm(e: &uvmwatch_common::EventHeader) -> String {
+    cstr(&e.comm)
+}
+
+impl Core {
+    fn kernel(&self) -> std::sync::MutexGuard<'_, Kernel> {
+        match self.kernel.lock() {
+            Ok(k) => k,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    // --- libcuda ------------------------------------------------------------------------------
+
+    fn attach_all(&mut self, targets: Vec<LibTarget>) {
+        for t in targets {
+            self.attach(t);
+        }
+    }
+
+    fn attach(&mut self, t: LibTarget) {
+        let r = self.kernel().attach_libcuda(&t.host_path, t.dev, t.ino);
+        match r {
+            Ok(()) => tracing::info!(
+                event = "libcuda_attached",
+                path = %t.path_in_ns.display(),
+                host_path = %t.host_path.display(),
+                source = ?t.source,
+                "cuInit probes attached"
+            ),
+            Err(e) => {
+                tracing::warn!(
+                    event = "libcuda_attach_failed",
+                    path = %t.host_path.display(),
+                    error = %format!("{e:#}"),
+                    "could not probe cuInit in this library"
+                );
+                self.discovery.forget(t.dev, t.ino);
+            }
+        }
+        self.refresh_probe_metrics();
+    }
+
+    fn refresh_probe_metrics(&self) {
+        let (rows, n) = {
+            let k = self.kernel();
+            (k.probe_states(), k.libcuda_targets())
+        };
+        self.metrics.set_probes(&rows);
+        self.metrics.libcuda_targets.set(n as i64);
+    }
+
+    fn discover_initial(&mut self) {
+        let flagged = self.discovery.from_flags(&self.cfg.libcuda);
+        for r in flagged {
+            match r {
+                Ok(t) => self.attach(t),
+                Err(e) => {
+                    tracing::error!(event = "libcuda_not_found", error = %format!("{e:#}"), "--libcuda path unusable")
+                }
+            }
+        }
+        let host = self.discovery.from_host(
+            &self.cfg.proc_root,
+            Path::new("/etc/ld.so.cache"),
+            discovery::DRIVER_DIRS,
+        );
+        self.attach_all(host);
+        if self.cfg.proc_scan {
+            let found = self.discovery.scan_all(&self.cfg.proc_root);
+            self.attach_all(found);
+        }
+        if self.kernel().libcuda_targets() == 0 {
+            tracing::warn!(
+                event = "libcuda_not_found",
+                "no libcuda.so found on the host or in any running process; cuInit probes attach \
+                 as soon as a process loads one (or pass --libcuda PATH)"
+            );
+        }
+    }
+
+    // --- fds learned from /proc ----------------------------------------------------------------
+
+    fn seed_fds(&mut self) {
+        let pids = procfs::list_pids(&self.cfg.proc_root).unwrap_or_default();
+        let me = std::process::id();
+        let mut n = 0;
+        for pid in pids {
+            if pid == me {
+                continue;
+            }
+            let Ok(fds) = procfs::nvidia_fds(&self.cfg.proc_root, pid) else {
+                continue;
+            };
+            for f in fds {
+                let (kind, minor) = match f.node {
+                    procfs::NodeKind::Ctl => (node::CTL, 0),
+                    procfs::NodeKind::Gpu(m) => (node::GPU, m as u8),
+                    procfs::NodeKind::Uvm => (node::UVM, 0),
+                    procfs::NodeKind::UvmTools => (node::UVM_TOOLS, 0),
+                };
+                if self
+                    .kernel()
+                    .seed_fd(pid, f.fd, kind, minor, f.cloexec)
+                    .is_ok()
+                {
+                    n += 1;
+                }
+            }
+        }
+        if n > 0 {
+            tracing::info!(
+                event = "fds_learned",
+                count = n,
+                "NVIDIA fds opened before the agent started are tracked"
+            );
+        }
+    }
+
+    // --- events --------------------------------------------------------------------------------
+
+    fn handle(&mut self, ev: Event) {
+        match ev {
+            Event::CuinitEnter(e) => self.on_cuinit_enter(&e),
+            Event::CuinitExit(e) => self.on_cuinit_exit(&e),
+            Event::Ioctl(e) => self.on_ioctl(&e),
+            Event::Open(e) => self.on_open(&e),
+            Event::DiedInCall(e) => self.on_died(&e),
+            Event::Fork(e) => tracing::debug!(
+                event = "fork",
+                pid = e.header.tgid,
+                child = e.aux,
+                "tracked process forked"
+            ),
+            Event::Exec(e) => {
+                tracing::debug!(
+                    event = "exec",
+                    pid = e.header.tgid,
+                    "tracked process exec'ed"
+                );
+            }
+            Event::ProcExit(e) => {
+                tracing::debug!(
+                    event = "process_exit",
+                    pid = e.header.tgid,
+                    "tracked process exited"
+                );
+                self.cuinit.retain(|_, c| c.tgid != e.header.tgid);
+            }
+        }
+    }
+
+    fn on_cuinit_enter(&mut self, e: &CuinitEvent) {
+        let h = &e.header;
+        self.cuinit.insert(
+            h.tid,
+            CuinitCall {
+                tgid: h.tgid,
+                ..Default::default()
+            },
+        );
+        let exe = procfs::read_thread(&self.cfg.proc_root, h.tgid, h.tid)
+            .ok()
+            .and_then(|t| t.exe)
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        tracing::info!(
+            event = "cuinit_start",
+            pid = h.tgid,
+            tid = h.tid,
+            comm = %comm(h),
+            exe = %exe,
+            flags = e.flags,
+            "cuInit entered"
+        );
+    }
+
+    fn on_cuinit_exit(&mut self, e: &CuinitEvent) {
+        let h = &e.header;
+        let dur = h.ts_ns.saturating_sub(e.start_ns);
+        let secs = dur as f64 / 1e9;
+        let name = nvidia::cu_result_name(e.ret);
+        let call = self.cuinit.remove(&h.tid).unwrap_or_default();
+        if e.entry_seen == 1 {
+            self.metrics.cuinit_calls.with_label_values(&[&name]).inc();
+            self.metrics.cuinit_duration.observe(secs);
+        }
+        let key = CallKey {
+            kind: CallKind::Cuinit,
+            tid: h.tid,
+            start_ns: e.start_ns,
+        };
+        if self.detector.end(&key).is_some() {
+            tracing::warn!(
+                event = "stall_end",
+                call = "cuInit",
+                outcome = "returned",
+                pid = h.tgid,
+                tid = h.tid,
+                comm = %comm(h),
+                result = %name,
+                code = e.ret,
+                duration_seconds = secs,
+                "stalled cuInit returned"
+            );
+            self.update_stalled_gauges();
+        }
+        let (fail_call, fail_result) = call
+            .last_failure
+            .clone()
+            .unwrap_or_else(|| (String::new(), String::new()));
+        if e.ret == 0 {
+            tracing::info!(
+                event = "cuinit_end",
+                pid = h.tgid,
+                tid = h.tid,
+                comm = %comm(h),
+                result = %name,
+                code = e.ret,
+                duration_seconds = secs,
+                driver_calls = call.ioctls,
+                device_opens = call.opens,
+                "cuInit returned"
+            );
+        } else {
+            tracing::error!(
+                event = "cuinit_end",
+                pid = h.tgid,
+                tid = h.tid,
+                comm = %comm(h),
+                result = %name,
+                code = e.ret,
+                duration_seconds = secs,
+                driver_calls = call.ioctls,
+                device_opens = call.opens,
+                failed_call = %fail_call,
+                failed_result = %fail_result,
+                "cuInit failed"
+            );
+        }
+    }
+
+    fn on_ioctl(&mut self, e: &IoctlEvent) {
+        let h = &e.header;
+        let name = nvidia::ioctl_display(e.node, e.cmd);
+        let node_path = nvidia::node_path(e.node, e.minor);
+        let res = match e.result_kind {
+            result::ERRNO => nvidia::errno_name(e.status),
+            k => crate::metrics::ioctl_result_label(k, e.status),
+        };
+        let dur = h.ts_ns.saturating_sub(e.start_ns);
+        let secs = dur as f64 / 1e9;
+        if e.flags & IOCTL_IN_CUINIT != 0 {
+            if let Some(c) = self.cuinit.get_mut(&h.tid) {
+                c.ioctls += 1;
+                if e.flags & IOCTL_FAILED != 0 {
+                    c.last_failure = Some((format!("{name} on {node_path}"), res.clone()));
+                }
+            }
+        }
+        let key = CallKey {
+            kind: CallKind::Ioctl,
+            tid: h.tid,
+            start_ns: e.start_ns,
+        };
+        if self.detector.end(&key).is_some() {
+            tracing::warn!(
+                event = "stall_end",
+                call = %name,
+                node = %node_path,
+                outcome = "returned",
+                pid = h.tgid,
+                tid = h.tid,
+                comm = %comm(h),
+                result = %res,
+                duration_seconds = secs,
+                "stalled driver call returned"
+            );
+            self.update_stalled_gauges();
+        }
+        if e.flags & IOCTL_FAILED != 0 {
+            tracing::warn!(
+                event = "driver_ioctl",
+                pid = h.tgid,
+                tid = h.tid,
+                comm = %comm(h),
+                ioctl = %name,
+                cmd = %format!("{:#x}", e.cmd),
+                node = %node_path,
+                result = %res,
+                ret = e.ret,
+                duration_seconds = secs,
+                in_cuinit = e.flags & IOCTL_IN_CUINIT != 0,
+                "driver call failed"
+            );
+        } else if e.flags & IOCTL_SLOW != 0 {
+            tracing::info!(
+                event = "driver_ioctl",
+                pid = h.tgid,
+                tid = h.tid,
+                comm = %comm(h),
+                ioctl = %name,
+                node = %node_path,
+                result = %res,
+                duration_seconds = secs,
+                in_cuinit = e.flags & IOCTL_IN_CUINIT != 0,
+                "slow driver call"
+            );
+        } else {
+            tracing::debug!(
+                event = "driver_ioctl",
+                pid = h.tgid,
+                tid = h.tid,
+                ioctl = %name,
+                node = %node_path,
+                result = %res,
+                duration_seconds = secs,
+                "driver call inside cuInit"
+            );
+        }
+    }
+
+    fn on_open(&mut self, e: &OpenEvent) {
+        let h = &e.header;
+        let path = cstr(&e.path);
+        if e.flags & OPEN_LIBCUDA != 0 {
+            match self
+                .discovery
+                .from_opened_path(&self.cfg.proc_root, h.tgid, &path)
+            {
+                Ok(Some(t)) => self.attach(t),
+                Ok(None) => {}
+                Err(err) => {
+                    tracing::debug!(event = "libcuda_open", pid = h.tgid, path = %path, error = %format!("{err:#}"), "library opened but not resolvable")
+                }
+            }
+            return;
+        }
+        if e.flags & OPEN_IN_CUINIT != 0 {
+            if let Some(c) = self.cuinit.get_mut(&h.tid) {
+                c.opens += 1;
+                if e.ret < 0 {
+                    c.last_failure =
+                        Some((format!("open {path}"), nvidia::errno_name((-e.ret) as u32)));
+                }
+            }
+        }
+        if e.ret < 0 {
+            let errno = nvidia::errno_name((-e.ret) as u32);
+            let container = procfs::read_thread(&self.cfg.proc_root, h.tgid, h.tgid)
+                .ok()
+                .and_then(|t| t.container_id)
+                .unwrap_or_default();
+            tracing::warn!(
+                event = "device_open_failed",
+                pid = h.tgid,
+                tid = h.tid,
+                comm = %comm(h),
+                node = %nvidia::node_label(e.node, e.minor),
+                path = %path,
+                errno = %errno,
+                container_id = %container,
+                in_cuinit = e.flags & OPEN_IN_CUINIT != 0,
+                "NVIDIA device open failed"
+            );
+        } else {
+            tracing::debug!(event = "device_open", pid = h.tgid, path = %path, fd = e.ret, "NVIDIA device opened");
+        }
+    }
+
+    fn on_died(&mut self, e: &TaskEvent) {
+        let h = &e.header;
+        let mut what = Vec::new();
+        if e.what & DIED_IN_CUINIT != 0 {
+            what.push("cuInit".to_string());
+            if self.cuinit.remove(&h.tid).is_some() {
+                self.metrics
+                    .cuinit_calls
+                    .with_label_values(&["thread_exited"])
+                    .inc();
+            }
+        }
+        if e.what & DIED_IN_IOCTL != 0 {
+            what.push(nvidia::ioctl_display(e.node, e.aux));
+        }
+        let ended = self.detector.end_thread(h.tid);
+        for c in &ended {
+            tracing::warn!(
+                event = "stall_end",
+                call = %c.call,
+                outcome = "thread_exited",
+                pid = h.tgid,
+                tid = h.tid,
+                comm = %comm(h),
+                "thread died inside a stalled call"
+            );
+        }
+        if !ended.is_empty() {
+            self.update_stalled_gauges();
+        }
+        tracing::info!(
+            event = "died_in_call",
+            pid = h.tgid,
+            tid = h.tid,
+            comm = %comm(h),
+            calls = %what.join(" > "),
+            "thread exited with a driver call in flight"
+        );
+    }
+
+    // --- stalls --------------------------------------------------------------------------------
+
+    fn snapshot(&mut self) -> Vec<InFlight> {
+        let (cu, io) = {
+            let k = self.kernel();
+            (
+                k.inflight_cuinit().unwrap_or_default(),
+                k.inflight_ioctls().unwrap_or_default(),
+            )
+        };
+        let now = kernel::monotonic_ns();
+        let mut out = Vec::with_capacity(cu.len() + io.len());
+        let mut dead = Vec::new();
+        for (tid, c) in cu {
+            // A thread that vanished without an exit event (e.g. before the agent started)
+            // must not become a phantom stall.
+            if now.saturating_sub(c.start_ns) > 1_000_000_000
+                && !thread_alive(&self.cfg.proc_root, c.tgid, tid)
+            {
+                dead.push(tid);
+                continue;
+            }
+            out.push(InFlight {
+                key: CallKey {
+                    kind: CallKind::Cuinit,
+                    tid,
+                    start_ns: c.start_ns,
+                },
+                tgid: c.tgid,
+                call: "cuInit".into(),
+                label: "cuInit".into(),
+            });
+        }
+        for (tid, i) in io {
+            if now.saturating_sub(i.start_ns) > 1_000_000_000
+                && !thread_alive(&self.cfg.proc_root, i.tgid, tid)
+            {
+                dead.push(tid);
+                continue;
+            }
+            out.push(InFlight {
+                key: CallKey {
+                    kind: CallKind::Ioctl,
+                    tid,
+                    start_ns: i.start_ns,
+                },
+                tgid: i.tgid,
+                call: nvidia::ioctl_display(i.node, i.cmd),
+                label: nvidia::ioctl_label(i.node, i.cmd).to_string(),
+            });
+        }
+        if !dead.is_empty() {
+            let mut k = self.kernel();
+            for tid in dead {
+                k.forget_thread(tid);
+            }
+        }
+        out
+    }
+
+    fn scan(&mut self) {
+        let snap = self.snapshot();
+        let now = kernel::monotonic_ns();
+        let cu_in_flight = snap
+            .iter()
+            .filter(|c| c.key.kind == CallKind::Cuinit)
+            .count();
+        self.metrics.cuinit_in_flight.set(cu_in_flight as i64);
+        let r = self.detector.scan(&snap, now);
+        for c in &r.new_stalls {
+            self.metrics.stalls.with_label_values(&[&c.label]).inc();
+            self.report_stall(c, &snap, now);
+        }
+        for c in &r.vanished {
+            tracing::warn!(
+                event = "stall_end",
+                call = %c.call,
+                outcome = "ended",
+                pid = c.tgid,
+                tid = c.key.tid,
+                "stalled call is no longer in flight (no exit event seen)"
+            );
+        }
+        if !r.new_stalls.is_empty() || !r.vanished.is_empty() {
+            self.update_stalled_gauges();
+        }
+    }
+
+    fn update_stalled_gauges(&self) {
+        let now = self.detector.stalled_by_label();
+        // Reset every series first so a label that dropped to 0 is exported as 0.
+        self.metrics.stalled.reset();
+        self.metrics.stalled.with_label_values(&["cuInit"]).set(0);
+        for (label, n) in now {
+            self.metrics.stalled.with_label_values(&[&label]).set(n);
+        }
+    }
+
+    fn report_stall(&self, c: &InFlight, snap: &[InFlight], now: u64) {
+        let age = now.saturating_sub(c.key.start_ns);
+        let threshold = self.detector.threshold_ns(c.key.kind);
+        let late_ms = age.saturating_sub(threshold) as f64 / 1e6;
+        let info = procfs::read_thread(&self.cfg.proc_root, c.tgid, c.key.tid).ok();
+        // The driver call the thread is inside (for a cuInit stall), with its age.
+        let inner = snap
+            .iter()
+            .find(|o| o.key.kind == CallKind::Ioctl && o.key.tid == c.key.tid);
+        let node = {
+            let k = self.kernel();
+            k.inflight_ioctls()
+                .unwrap_or_default()
+                .into_iter()
+                .find(|(tid, _)| *tid == c.key.tid)
+                .map(|(_, i)| nvidia::node_path(i.node, i.minor))
+                .unwrap_or_default()
+        };
+        let inside = inner
+            .map(|i| format!("{} on {}", i.call, node))
+            .unwrap_or_default();
+        let inside_age = inner
+            .map(|i| now.saturating_sub(i.key.start_ns) as f64 / 1e9)
+            .unwrap_or(0.0);
+        let (comm, state, wchan, exe, container, stack) = match &info {
+            Some(t) => (
+                t.comm.clone(),
+                format!("{} ({})", t.state, t.state_name),
+                t.wchan.clone().unwrap_or_default(),
+                t.exe
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                t.container_id.clone().unwrap_or_default(),
+                t.kernel_stack
+                    .as_ref()
+                    .map(|s| s.join(" < "))
+                    .unwrap_or_default(),
+            ),
+            None => Default::default(),
+        };
+        let what = match c.key.kind {
+            CallKind::Cuinit => "cuInit",
+            CallKind::Ioctl => "driver ioctl",
+        };
+        tracing::error!(
+            event = "stall",
+            call = %c.call,
+            kind = what,
+            pid = c.tgid,
+            tid = c.key.tid,
+            comm = %comm,
+            exe = %exe,
+            container_id = %container,
+            age_seconds = age as f64 / 1e9,
+            threshold_seconds = threshold as f64 / 1e9,
+            detect_delay_ms = late_ms,
+            inside = %inside,
+            inside_age_seconds = inside_age,
+            node = %node,
+            thread_state = %state,
+            wchan = %wchan,
+            kernel_stack = %stack,
+            "call stalled"
+        );
+    }
+
+    fn sweep(&mut self) {
+        let root = self.cfg.proc_root.clone();
+        let removed = self
+            .kernel()
+            .sweep(|tgid| root.join(tgid.to_string()).exists())
+            .unwrap_or(0);
+        if removed > 0 {
+            tracing::debug!(event = "sweep", removed, "stale fd entries removed");
+        }
+    }
+}
+
+fn thread_alive(proc_root: &Path, tgid: u32, tid: u32) -> bool {
+    proc_root
+        .join(tgid.to_string())
+        .join("task")
+        .join(tid.to_string())
+        .exists()
+}
+
+fn drain(rb: &mut RingBuf<MapData>, core: &mut Core) {
+    while let Some(item) = rb.next() {
+        match events::decode(&item) {
+            Ok(ev) => core.handle(ev),
+            Err(e) => {
+                core.metrics.user_drops.inc();
+                tracing::debug!(error = %e, "undecodable record");
+            }
+        }
+    }
+}
+
+/// Runs the agent until SIGINT or SIGTERM. Everything attached is detached on return.
+///
+/// # Errors
+/// Not root, the eBPF object cannot load, or the listen address is taken.
+pub async fn run(cfg: RunConfig) -> Result<()> {
+    let metrics = Metrics::new()?;
+    let slow = cfg.slow_ioctl.min(cfg.ioctl_stall);
+    let kernel = Kernel::load(&KernelSettings {
+        slow_ioctl_ns: slow.as_nanos() as u64,
+    })?;
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .with_context(|| format!("listening on {} (choose another with --listen)", cfg.listen))?;
+    let local = listener.local_addr()?;
+    let kernel = Arc::new(Mutex::new(kernel));
+    let events = kernel.lock().unwrap().take_events()?;
+    metrics.registry.register(Box::new(KernelCollector::new(
+        Arc::downgrade(&kernel),
+        metrics.user_drops.clone(),
+    )?))?;
+
+    let mut core = Core {
+        cfg: cfg.clone(),
+        kernel: kernel.clone(),
+        metrics: metrics.clone(),
+        discovery: Discovery::new(),
+        detector: StallDetector::new(cfg.cuinit_stall, cfg.ioctl_stall),
+        cuinit: HashMap::new(),
+    };
+    core.update_stalled_gauges();
+    core.discover_initial();
+    core.seed_fds();
+    core.refresh_probe_metrics();
+    {
+        let rows = kernel.lock().unwrap().probe_states();
+        for (spec, st) in &rows {
+            tracing::debug!(probe = spec.label, state = %st, "probe");
+        }
+        let attached = rows.iter().filter(|(_, s)| s.gauge() == 1).count();
+        tracing::info!(
+            event = "started",
+            listen = %local,
+            probes_attached = attached,
+            probes_total = rows.len(),
+            libcuda_targets = kernel.lock().unwrap().libcuda_targets(),
+            cuinit_stall_seconds = cfg.cuinit_stall.as_secs_f64(),
+            ioctl_stall_seconds = cfg.ioctl_stall.as_secs_f64(),
+            "uvmwatch agent running"
+        );
+    }
+
+    let heartbeat = Arc::new(AtomicU64::new(kernel::monotonic_ns()));
+    let server = tokio::spawn(http::serve(listener, metrics.clone(), heartbeat.clone()));
+
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut scan = tokio::time::interval(stall::SCAN_INTERVAL);
+    scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut sweep = tokio::time::interval(Duration::from_secs(10));
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+
+    // SAFETY: the AsyncFd owns the ring buffer, so its fd stays open while registered.
+    let mut afd = unsafe { AsyncFd::register(events) }
+        .map_err(|e| anyhow::anyhow!("registering the ring buffer fd: {e}"))?;
+    let why = loop {
+        tokio::select! {
+            guard = afd.readable_mut() => {
+                let mut guard = guard?;
+                drain(guard.get_inner_mut(), &mut core);
+                guard.clear_ready();
+            }
+            _ = scan.tick() => {
+                // Events first, so a call that just returned is not mistaken for a vanished one.
+                drain(afd.get_mut(), &mut core);
+                core.scan();
+                heartbeat.store(kernel::monotonic_ns(), Ordering::Relaxed);
+            }
+            _ = sweep.tick() => core.sweep(),
+            _ = sigterm.recv() => break "SIGTERM",
+            _ = sigint.recv() => break "SIGINT",
+        }
+    };
+    server.abort();
+    let _ = server.await;
+    drop(afd);
+    drop(core);
+    // Last reference: dropping the Kernel detaches every link and unloads the programs.
+    match Arc::try_unwrap(kernel) {
+        Ok(k) => drop(k.into_inner()),
+        Err(_) => tracing::warn!("kernel handle still shared at exit"),
+    }
+    tracing::info!(
+        event = "stopped",
+        signal = why,
+        "probes detached, agent stopped"
+    );
+    Ok(())
+}

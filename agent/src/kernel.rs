@@ -1,0 +1,541 @@
+//! Loading the kernel programs, attaching them, and reading their maps.
+//!
+//! The eBPF object is built from `agent-ebpf` by `agent/build.rs` and embedded in the binary.
+//! [`Kernel`] owns it: programs, maps and every link. Dropping it detaches everything (aya
+//! detaches links and unloads programs on drop), which is how `SIGTERM` leaves nothing behind.
+
+use std::{
+    collections::HashMap as StdHashMap,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{anyhow, Context, Result};
+use aya::{
+    maps::{Array, HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    programs::{
+        uprobe::{UProbeLinkId, UProbeScope},
+        TracePoint, UProbe,
+    },
+    Ebpf, EbpfLoader,
+};
+use uvmwatch_common::{
+    counter, CmdInfo, CmdKey, Config, FdInfo, FdKey, InflightCuinit, InflightIoctl, IoctlKey,
+    LatencyHist, OpenKey, ProcState, FD_CLOEXEC, FD_FROM_PROC, HIST_BUCKETS,
+};
+
+use crate::{
+    nvidia,
+    probes::{Attach, ProbeSpec, ProbeState, REGISTRY},
+    tracefs,
+};
+
+/// The eBPF object (`bpfel-unknown-none`, built by `build.rs` from `agent-ebpf`).
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/uvmwatch"));
+
+/// Settings handed to the kernel side at load time.
+#[derive(Clone, Debug)]
+pub struct KernelSettings {
+    /// Ioctls at least this long are sent to user space one by one (ns).
+    pub slow_ioctl_ns: u64,
+}
+
+/// A libcuda file with `cuInit` probes attached.
+#[derive(Debug)]
+pub struct LibcudaTarget {
+    /// Path used to attach (host view, e.g. `/proc/<pid>/root/usr/lib/.../libcuda.so.1`).
+    pub path: PathBuf,
+    enter: UProbeLinkId,
+    exit: UProbeLinkId,
+}
+
+/// The loaded kernel side.
+pub struct Kernel {
+    bpf: Ebpf,
+    states: Vec<ProbeState>,
+    targets: StdHashMap<(u64, u64), LibcudaTarget>,
+    /// Where tracefs is, when it is.
+    pub tracefs: Option<PathBuf>,
+}
+
+/// `clock_gettime(CLOCK_MONOTONIC)` in ns: the clock of `bpf_ktime_get_ns()`.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer to a timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Whether this process can load BPF programs (effective uid 0 is the practical test; the
+/// capabilities needed are `CAP_BPF`, `CAP_PERFMON` and `CAP_SYS_ADMIN` for tracefs).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+impl Kernel {
+    /// Loads the programs and maps, writes the runtime config and the ioctl table, and
+    /// attaches every tracepoint that this kernel has. Probes that cannot attach are recorded
+    /// with the reason; only a failure to load the object at all is an error.
+    ///
+    /// # Errors
+    /// Not root, no BPF in the kernel, or the object rejected as a whole.
+    pub fn load(settings: &KernelSettings) -> Result<Kernel> {
+        if !is_root() {
+            return Err(anyhow!(
+                "loading eBPF programs needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN); run as root"
+            ));
+        }
+        if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+            tracing::warn!("no BTF at /sys/kernel/btf/vmlinux; programs use no CO-RE, continuing");
+        }
+        let bpf = EbpfLoader::new()
+            .load(EBPF_OBJECT)
+            .context("loading the uvmwatch eBPF object")?;
+        let tracefs = match tracefs::ensure_mounted() {
+            Ok(p) => Some(p),
+            Err(e) => {
+                tracing::error!(error = %e, "tracepoints unavailable");
+                None
+            }
+        };
+        let mut k = Kernel {
+            bpf,
+            states: REGISTRY
+                .iter()
+                .map(|_| ProbeState::Unavailable("not attached yet".into()))
+                .collect(),
+            targets: StdHashMap::new(),
+            tracefs,
+        };
+        k.fill_cmds()?;
+        k.write_config(settings)?;
+        k.load_programs();
+        k.attach_tracepoints();
+        Ok(k)
+    }
+
+    fn fill_cmds(&mut self) -> Result<()> {
+        let mut cmds: HashMap<&mut MapData, CmdKey, CmdInfo> =
+            HashMap::try_from(self.bpf.map_mut("CMDS").context("map CMDS")?)?;
+        for i in nvidia::UVM_IOCTLS {
+            if let Some(off) = i.status_offset {
+                let v = CmdInfo {
+                    status_offset: off,
+                    params_size: i.params_size,
+                };
+                cmds.insert(CmdKey { uvm: 1, cmd: i.cmd }, v, 0)?;
+            }
+        }
+        for (cmd, size, off) in nvidia::RM_STATUS_IOCTLS {
+            let v = CmdInfo {
+                status_offset: *off,
+                params_size: *size,
+            };
+            cmds.insert(CmdKey { uvm: 0, cmd: *cmd }, v, 0)?;
+        }
+        Ok(())
+    }
+
+    fn write_config(&mut self, s: &KernelSettings) -> Result<()> {
+        let (fork_off, exit_off) = match &self.tracefs {
+            Some(t) => (
+                tracefs::field_offset(t, "sched", "sched_process_fork", "child_pid")
+                    .ok()
+                    .flatten(),
+                tracefs::field_offset(t, "sched", "sched_process_exit", "group_dead")
+                    .ok()
+                    .flatten(),
+            ),
+            None => (None, None),
+        };
+        let cfg = Config {
+            slow_ioctl_ns: s.slow_ioctl_ns,
+            agent_tgid: std::process::id(),
+            fork_child_pid_off: fork_off.unwrap_or(44),
+            exit_group_dead_off: exit_off.unwrap_or(0),
+            ready: 1,
+        };
+        if fork_off.is_none() {
+            tracing::warn!("sched_process_fork format not readable; assuming child_pid at 44");
+        }
+        let mut a: Array<&mut MapData, Config> =
+            Array::try_from(self.bpf.map_mut("CONFIG").context("map CONFIG")?)?;
+        a.set(0, cfg, 0)?;
+        Ok(())
+    }
+
+    fn load_programs(&mut self) {
+        let mut done: StdHashMap<&'static str, Result<(), String>> = StdHashMap::new();
+        for (i, spec) in REGISTRY.iter().enumerate() {
+            let r = done
+                .entry(spec.program)
+                .or_insert_with(|| {
+                    load_one(&mut self.bpf, spec)
+                        .map_err(|e| short_verifier_error(&format!("{e:#}")))
+                })
+                .clone();
+            if let Err(e) = r {
+                self.states[i] = ProbeState::Unavailable(format!("program rejected: {e}"));
+            }
+        }
+    }
+
+    fn attach_tracepoints(&mut self) {
+        for (i, spec) in REGISTRY.iter().enumerate() {
+            let Attach::Tracepoint { category, name } = spec.attach else {
+                if matches!(self.states[i], ProbeState::Unavailable(ref s) if s == "not attached yet")
+                {
+                    self.states[i] = ProbeState::Waiting("no libcuda found yet".into());
+                }
+                continue;
+            };
+            if matches!(self.states[i], ProbeState::Unavailable(ref s) if s.starts_with("program rejected"))
+            {
+                continue;
+            }
+            let Some(t) = &self.tracefs else {
+                self.states[i] = ProbeState::Unavailable("tracefs not mounted".into());
+                continue;
+            };
+            if !tracefs::has_event(t, category, name) {
+                self.states[i] = ProbeState::Unavailable(format!(
+                    "tracepoint {category}:{name} not in this kernel"
+                ));
+                continue;
+            }
+            let r: Result<()> = (|| {
+                let p: &mut TracePoint = self
+                    .bpf
+                    .program_mut(spec.program)
+                    .ok_or_else(|| anyhow!("program {} missing", spec.program))?
+                    .try_into()?;
+                p.attach(category, name)?;
+                Ok(())
+            })();
+            self.states[i] = match r {
+                Ok(()) => ProbeState::Attached(1),
+                Err(e) => ProbeState::Unavailable(format!("{e:#}")),
+            };
+            if spec.required && !matches!(self.states[i], ProbeState::Attached(_)) {
+                tracing::error!(probe = spec.label, state = %self.states[i], "required probe not attached");
+            }
+        }
+    }
+
+    /// Probe table with the current state of each probe.
+    pub fn probe_states(&self) -> Vec<(ProbeSpec, ProbeState)> {
+        REGISTRY
+            .iter()
+            .copied()
+            .zip(self.states.iter().cloned())
+            .collect()
+    }
+
+    /// Attaches the `cuInit` uprobe and uretprobe to `path` (a file already known to be new
+    /// by device and inode).
+    ///
+    /// # Errors
+    /// The file is not an ELF exporting `cuInit`, or the kernel refuses the uprobe.
+    pub fn attach_libcuda(&mut self, path: &Path, dev: u64, ino: u64) -> Result<()> {
+        if self.targets.contains_key(&(dev, ino)) {
+            return Ok(());
+        }
+        check_exports_cuinit(path)?;
+        let enter = self.attach_uprobe("cuinit_enter", path)?;
+        let exit = match self.attach_uprobe("cuinit_exit", path) {
+            Ok(l) => l,
+            Err(e) => {
+                let p: &mut UProbe = self.bpf.program_mut("cuinit_enter").unwrap().try_into()?;
+                let _ = p.detach(enter);
+                return Err(e);
+            }
+        };
+        self.targets.insert(
+            (dev, ino),
+            LibcudaTarget {
+                path: path.to_path_buf(),
+                enter,
+                exit,
+            },
+        );
+        self.refresh_uprobe_states();
+        Ok(())
+    }
+
+    fn attach_uprobe(&mut self, program: &str, path: &Path) -> Result<UProbeLinkId> {
+        let p: &mut UProbe = self
+            .bpf
+            .program_mut(program)
+            .ok_or_else(|| anyhow!("program {program} missing"))?
+            .try_into()?;
+        p.attach("cuInit", path, UProbeScope::AllProcesses)
+            .with_context(|| format!("attaching {program} to cuInit in {}", path.display()))
+    }
+
+    /// Detaches the probes from one libcuda file (e.g. when it was deleted).
+    pub fn detach_libcuda(&mut self, dev: u64, ino: u64) -> Result<()> {
+        let Some(t) = self.targets.remove(&(dev, ino)) else {
+            return Ok(());
+        };
+        let p: &mut UProbe = self.bpf.program_mut("cuinit_enter").unwrap().try_into()?;
+        p.detach(t.enter)?;
+        let p: &mut UProbe = self.bpf.program_mut("cuinit_exit").unwrap().try_into()?;
+        p.detach(t.exit)?;
+        self.refresh_uprobe_states();
+        Ok(())
+    }
+
+    fn refresh_uprobe_states(&mut self) {
+        let n = self.targets.len();
+        for (i, spec) in REGISTRY.iter().enumerate() {
+            if let Attach::Uprobe { .. } = spec.attach {
+                if matches!(self.states[i], ProbeState::Unavailable(ref s) if s.starts_with("program rejected"))
+                {
+                    continue;
+                }
+                self.states[i] = if n > 0 {
+                    ProbeState::Attached(n)
+                } else {
+                    ProbeState::Waiting("no libcuda found yet".into())
+                };
+            }
+        }
+    }
+
+    /// Number of libcuda files with probes attached.
+    pub fn libcuda_targets(&self) -> usize {
+        self.targets.len()
+    }
+
+    /// Paths of the libcuda files with probes attached.
+    pub fn libcuda_paths(&self) -> Vec<PathBuf> {
+        self.targets.values().map(|t| t.path.clone()).collect()
+    }
+
+    /// Takes the ring buffer out (once) for the event reader.
+    pub fn take_events(&mut self) -> Result<RingBuf<MapData>> {
+        let m = self.bpf.take_map("EVENTS").context("map EVENTS")?;
+        Ok(RingBuf::try_from(m)?)
+    }
+
+    /// `cuInit` calls in flight: (tid, entry).
+    pub fn inflight_cuinit(&self) -> Result<Vec<(u32, InflightCuinit)>> {
+        let m: HashMap<&MapData, u32, InflightCuinit> =
+            HashMap::try_from(self.bpf.map("INFLIGHT_CUINIT").context("map")?)?;
+        Ok(m.iter().filter_map(|r| r.ok()).collect())
+    }
+
+    /// Driver ioctls in flight: (tid, entry).
+    pub fn inflight_ioctls(&self) -> Result<Vec<(u32, InflightIoctl)>> {
+        let m: HashMap<&MapData, u32, InflightIoctl> =
+            HashMap::try_from(self.bpf.map("INFLIGHT_IOCTL").context("map")?)?;
+        Ok(m.iter().filter_map(|r| r.ok()).collect())
+    }
+
+    /// Removes in-flight entries of a thread that no longer exists.
+    pub fn forget_thread(&mut self, tid: u32) {
+        for name in ["INFLIGHT_CUINIT", "INFLIGHT_IOCTL"] {
+            if let Some(m) = self.bpf.map_mut(name) {
+                if name == "INFLIGHT_CUINIT" {
+                    if let Ok(mut h) = HashMap::<_, u32, InflightCuinit>::try_from(m) {
+                        let _ = h.remove(&tid);
+                    }
+                } else if let Ok(mut h) = HashMap::<_, u32, InflightIoctl>::try_from(m) {
+                    let _ = h.remove(&tid);
+                }
+            }
+        }
+    }
+
+    /// Latency histograms summed over CPUs.
+    pub fn ioctl_hist(&self) -> Result<Vec<(IoctlKey, LatencyHist)>> {
+        let m: PerCpuHashMap<&MapData, IoctlKey, LatencyHist> =
+            PerCpuHashMap::try_from(self.bpf.map("IOCTL_HIST").context("map")?)?;
+        let mut out = Vec::new();
+        for r in m.iter() {
+            let (k, per_cpu) = r?;
+            let mut sum = LatencyHist::default();
+            for h in per_cpu.iter() {
+                for b in 0..HIST_BUCKETS {
+                    sum.buckets[b] += h.buckets[b];
+                }
+                sum.sum_ns += h.sum_ns;
+                sum.count += h.count;
+            }
+            out.push((k, sum));
+        }
+        Ok(out)
+    }
+
+    /// Result counters summed over CPUs.
+    pub fn ioctl_results(&self) -> Result<Vec<(IoctlKey, u64)>> {
+        sum_percpu(self.bpf.map("IOCTL_RESULTS").context("map")?)
+    }
+
+    /// Device open counters summed over CPUs.
+    pub fn opens(&self) -> Result<Vec<(OpenKey, u64)>> {
+        sum_percpu(self.bpf.map("OPENS").context("map")?)
+    }
+
+    /// Kernel-side counters (index [`counter`]) summed over CPUs.
+    pub fn counters(&self) -> Result<[u64; counter::COUNT as usize]> {
+        let m: PerCpuArray<&MapData, u64> =
+            PerCpuArray::try_from(self.bpf.map("COUNTERS").context("map")?)?;
+        let mut out = [0u64; counter::COUNT as usize];
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = m.get(&(i as u32), 0)?.iter().sum();
+        }
+        Ok(out)
+    }
+
+    /// Records an fd that was open before the agent started (from `/proc/<pid>/fd`).
+    pub fn seed_fd(
+        &mut self,
+        tgid: u32,
+        fd: u32,
+        node: u8,
+        minor: u8,
+        cloexec: bool,
+    ) -> Result<()> {
+        let now = monotonic_ns();
+        let p = {
+            let mut procs: HashMap<&mut MapData, u32, ProcState> =
+                HashMap::try_from(self.bpf.map_mut("PROCS").context("map")?)?;
+            match procs.get(&tgid, 0) {
+                Ok(p) => p,
+                Err(_) => {
+                    let p = ProcState {
+                        proc_gen: now,
+                        exec_gen: now,
+                        ..ProcState::default()
+                    };
+                    procs.insert(tgid, p, 0)?;
+                    p
+                }
+            }
+        };
+        let mut fds: HashMap<&mut MapData, FdKey, FdInfo> =
+            HashMap::try_from(self.bpf.map_mut("FDS").context("map")?)?;
+        let info = FdInfo {
+            node,
+            minor,
+            flags: FD_FROM_PROC | if cloexec { FD_CLOEXEC } else { 0 },
+            _pad: [0; 5],
+            proc_gen: p.proc_gen,
+            exec_gen: p.exec_gen,
+            opened_ns: now,
+        };
+        fds.insert(FdKey { tgid, fd }, info, 0)?;
+        Ok(())
+    }
+
+    /// Removes `FDS` entries that no longer belong to a live process generation, and
+    /// `PROCS` entries of processes that are gone. `alive(tgid)` says whether a tgid exists.
+    /// Returns the number of fd entries removed.
+    pub fn sweep(&mut self, alive: impl Fn(u32) -> bool) -> Result<usize> {
+        let procs_live: StdHashMap<u32, ProcState> = {
+            let mut procs: HashMap<&mut MapData, u32, ProcState> =
+                HashMap::try_from(self.bpf.map_mut("PROCS").context("map")?)?;
+            let all: Vec<(u32, ProcState)> = procs.iter().filter_map(|r| r.ok()).collect();
+            let mut live = StdHashMap::new();
+            for (t, p) in all {
+                if alive(t) {
+                    live.insert(t, p);
+                } else {
+                    let _ = procs.remove(&t);
+                }
+            }
+            live
+        };
+        let mut fds: HashMap<&mut MapData, FdKey, FdInfo> =
+            HashMap::try_from(self.bpf.map_mut("FDS").context("map")?)?;
+        let all: Vec<(FdKey, FdInfo)> = fds.iter().filter_map(|r| r.ok()).collect();
+        let mut removed = 0;
+        for (k, e) in all {
+            let keep = match procs_live.get(&k.tgid) {
+                None => false,
+                Some(p) => {
+                    e.proc_gen == p.proc_gen
+                        && (e.flags & FD_CLOEXEC == 0 || e.exec_gen == p.exec_gen)
+                }
+            };
+            if !keep && fds.remove(&k).is_ok() {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Number of tracked fds (for self-monitoring).
+    pub fn tracked_fds(&self) -> usize {
+        self.bpf
+            .map("FDS")
+            .and_then(|m| HashMap::<_, FdKey, FdInfo>::try_from(m).ok())
+            .map(|h| h.keys().count())
+            .unwrap_or(0)
+    }
+}
+
+fn sum_percpu<K: aya::Pod + Eq + std::hash::Hash>(m: &aya::maps::Map) -> Result<Vec<(K, u64)>> {
+    let h: PerCpuHashMap<&MapData, K, u64> = PerCpuHashMap::try_from(m)?;
+    let mut out = Vec::new();
+    for r in h.iter() {
+        let (k, v) = r?;
+        out.push((k, v.iter().sum()));
+    }
+    Ok(out)
+}
+
+/// The first line of a load error and the verifier's last lines (its verdict), not the
+/// whole instruction log.
+fn short_verifier_error(e: &str) -> String {
+    let lines: Vec<&str> = e.lines().collect();
+    if lines.len() <= 4 {
+        return e.to_string();
+    }
+    let first = lines[0]
+        .split(". Verifier output")
+        .next()
+        .unwrap_or(lines[0]);
+    let tail: Vec<&str> = lines[lines.len().saturating_sub(3)..].to_vec();
+    format!("{first} ... {}", tail.join(" | "))
+}
+
+fn load_one(bpf: &mut Ebpf, spec: &ProbeSpec) -> Result<()> {
+    let prog = bpf
+        .program_mut(spec.program)
+        .ok_or_else(|| anyhow!("program {} not in the object", spec.program))?;
+    match spec.attach {
+        Attach::Tracepoint { .. } => {
+            let p: &mut TracePoint = prog.try_into()?;
+            p.load()?;
+        }
+        Attach::Uprobe { .. } => {
+            let p: &mut UProbe = prog.try_into()?;
+            p.load()?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks that `path` is an ELF shared object whose dynamic symbol table defines `cuInit`.
+///
+/// # Errors
+/// Unreadable file, not an ELF, or no `cuInit` (e.g. a stub or an unrelated library).
+pub fn check_exports_cuinit(path: &Path) -> Result<()> {
+    use object::{Object, ObjectSymbol};
+    let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let file = object::File::parse(&*data)
+        .with_context(|| format!("{} is not an ELF object", path.display()))?;
+    let found = file
+        .dynamic_symbols()
+        .chain(file.symbols())
+        .any(|s| s.is_definition() && s.name() == Ok("cuInit"));
+    if !found {
+        return Err(anyhow!("{} does not define cuInit", path.display()));
+    }
+    Ok(())
+}

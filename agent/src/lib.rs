@@ -1,0 +1,18 @@
+//! uvmwatch agent library: probes, event decoding, stall detection, metrics.
+//!
+//! The data path reads top to bottom: [`kernel`] loads and attaches the eBPF programs
+//! (listed in [`probes`]); [`events`] decodes what they send; [`agent`] keeps per-call state,
+//! finds stalls with [`stall`] and enriches them from [`procfs`]; [`discovery`] finds every
+//! libcuda to probe; [`metrics`] and [`http`] export the result.
+
+pub mod agent;
+pub mod discovery;
+pub mod events;
+pub mod http;
+pub mod kernel;
+pub mod metrics;
+pub mod nvidia;
+pub mod probes;
+pub mod procfs;
+pub mod stall;
+pub mod tracefs;

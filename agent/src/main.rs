@@ -1,0 +1,183 @@
+//! `uvmwatch`: an eBPF agent that watches how CUDA starts.
+//!
+//! Subcommands: `run` (the agent) and `probes` (what can attach here, and why not).
+//! The logic lives in the library crate (`lib.rs`); this file is the command line.
+
+use uvmwatch::{agent, discovery, kernel, probes};
+
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Default `--listen`: port 19400. The Prometheus default port allocations list (9100-9999)
+/// is full; 19400 is outside it and outside the common service ranges (9400 is
+/// dcgm-exporter, whose neighbour in spirit this is).
+const DEFAULT_LISTEN: &str = "0.0.0.0:19400";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "uvmwatch",
+    version,
+    about = "Watches how CUDA starts: cuInit, NVIDIA device opens and driver ioctls, with stalls reported as they happen."
+)]
+struct Cli {
+    /// Log format: text on a terminal, json for daemons (one record per line).
+    #[arg(long, value_enum, default_value_t = LogFormat::Auto, global = true, env = "UVMWATCH_LOG_FORMAT")]
+    log_format: LogFormat,
+    /// Log filter (tracing EnvFilter syntax), e.g. `info`, `debug`, `uvmwatch=debug`.
+    #[arg(long, default_value = "info", global = true, env = "UVMWATCH_LOG")]
+    log_level: String,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Auto,
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run the agent: attach the probes, report stalls live, serve /metrics and /healthz.
+    Run(RunArgs),
+    /// List every probe, whether it can attach on this host, and why not.
+    Probes {
+        /// Extra libcuda files to try (repeatable).
+        #[arg(long)]
+        libcuda: Vec<PathBuf>,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// Address for /metrics and /healthz.
+    #[arg(long, default_value = DEFAULT_LISTEN, env = "UVMWATCH_LISTEN")]
+    listen: SocketAddr,
+    /// A cuInit still running after this long is reported as stalled (e.g. 20s, 1m).
+    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+    cuinit_stall: Duration,
+    /// A driver ioctl still running after this long is reported as stalled.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    ioctl_stall: Duration,
+    /// Driver ioctls at least this long are logged individually (capped at --ioctl-stall).
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    slow_ioctl: Duration,
+    /// A libcuda file to probe in addition to those found (repeatable).
+    #[arg(long)]
+    libcuda: Vec<PathBuf>,
+    /// Do not scan running processes' memory maps for libcuda at start.
+    #[arg(long)]
+    no_proc_scan: bool,
+}
+
+fn init_logging(format: LogFormat, level: &str) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_new(level).unwrap_or_else(|e| {
+        eprintln!("uvmwatch: bad --log-level {level:?} ({e}); using info");
+        tracing_subscriber::EnvFilter::new("info")
+    });
+    let json = match format {
+        LogFormat::Json => true,
+        LogFormat::Text => false,
+        LogFormat::Auto => !std::io::stderr().is_terminal(),
+    };
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        b.json().flatten_event(true).with_current_span(false).init();
+    } else {
+        b.with_ansi(std::io::stderr().is_terminal()).init();
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format, &cli.log_level);
+    let r = match cli.cmd {
+        Cmd::Run(a) => {
+            let cfg = agent::RunConfig {
+                listen: a.listen,
+                cuinit_stall: a.cuinit_stall,
+                ioctl_stall: a.ioctl_stall,
+                slow_ioctl: a.slow_ioctl,
+                libcuda: a.libcuda,
+                proc_scan: !a.no_proc_scan,
+                proc_root: PathBuf::from("/proc"),
+            };
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .map_err(anyhow::Error::from)
+                .and_then(|rt| rt.block_on(agent::run(cfg)))
+                .map(|()| ExitCode::SUCCESS)
+        }
+        Cmd::Probes { libcuda } => probes_cmd(libcuda),
+    };
+    match r {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "uvmwatch failed");
+            eprintln!("uvmwatch: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// `uvmwatch probes`: loads and attaches for real, prints the table, detaches.
+/// Exit 0 when every required probe attached, 1 otherwise, 2 when it could not run.
+fn probes_cmd(libcuda: Vec<PathBuf>) -> anyhow::Result<ExitCode> {
+    if !kernel::is_root() {
+        let rows: Vec<_> = probes::REGISTRY
+            .iter()
+            .map(|s| {
+                (
+                    *s,
+                    probes::ProbeState::Unavailable("needs root to check".into()),
+                )
+            })
+            .collect();
+        print!("{}", probes::render_table(&rows));
+        eprintln!("uvmwatch: not root: cannot load eBPF programs (run as root to check for real)");
+        return Ok(ExitCode::from(1));
+    }
+    let mut k = kernel::Kernel::load(&kernel::KernelSettings {
+        slow_ioctl_ns: 1_000_000_000,
+    })?;
+    let mut d = discovery::Discovery::new();
+    let mut targets: Vec<discovery::LibTarget> = Vec::new();
+    for r in d.from_flags(&libcuda) {
+        match r {
+            Ok(t) => targets.push(t),
+            Err(e) => eprintln!("uvmwatch: --libcuda: {e:#}"),
+        }
+    }
+    let proc_root = PathBuf::from("/proc");
+    targets.extend(d.from_host(
+        &proc_root,
+        std::path::Path::new("/etc/ld.so.cache"),
+        discovery::DRIVER_DIRS,
+    ));
+    targets.extend(d.scan_all(&proc_root));
+    for t in &targets {
+        match k.attach_libcuda(&t.host_path, t.dev, t.ino) {
+            Ok(()) => println!("libcuda: {} (probes attach)", t.host_path.display()),
+            Err(e) => println!("libcuda: {} (cannot probe: {e:#})", t.host_path.display()),
+        }
+    }
+    if targets.is_empty() {
+        println!("libcuda: none found (host ld cache, driver directories, running processes)");
+    }
+    let rows = k.probe_states();
+    print!("{}", probes::render_table(&rows));
+    let ok = rows.iter().all(|(s, st)| !s.required || st.gauge() == 1);
+    drop(k);
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

@@ -1,0 +1,513 @@
+//! Prometheus metrics.
+//!
+//! Two kinds of sources:
+//! * counters and histograms the agent keeps itself from events (`cuInit` results and
+//!   durations, stalls), held in [`Metrics`];
+//! * per-call aggregates kept **in the kernel** (ioctl latency histograms and results,
+//!   device opens, dropped events), read from the maps at scrape time by [`KernelCollector`]
+//!   so user space is never on the per-call path.
+//!
+//! Naming follows Prometheus conventions: `uvmwatch_` prefix, base units (seconds),
+//! `_total` for counters. No pid labels: label values are bounded (names from the driver
+//! headers, errno names, `unknown`).
+
+use std::sync::{Mutex, Weak};
+
+use prometheus::{
+    core::{Collector, Desc},
+    proto::{self, LabelPair, MetricFamily, MetricType},
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
+use uvmwatch_common::{counter, result, IoctlKey, HIST_BUCKETS};
+
+use crate::{kernel::Kernel, nvidia, probes::ProbeState};
+
+/// Bucket upper bounds (seconds) of `uvmwatch_cuinit_duration_seconds`: 1 ms to 10 minutes,
+/// since a healthy `cuInit` takes 0.1–5 s and a hung one is the point of the agent.
+pub const CUINIT_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0,
+    300.0, 600.0,
+];
+
+/// First kernel log2 bucket exported as its own `le` (2^10 ns ≈ 1 µs); faster calls fall in
+/// the first exported bucket.
+const FIRST_EXPORTED_BUCKET: usize = 9;
+
+/// Metrics maintained by the agent from events.
+#[derive(Clone)]
+pub struct Metrics {
+    /// Registry served on `/metrics`.
+    pub registry: Registry,
+    /// `uvmwatch_cuinit_calls_total{result}`.
+    pub cuinit_calls: IntCounterVec,
+    /// `uvmwatch_cuinit_duration_seconds`.
+    pub cuinit_duration: Histogram,
+    /// `uvmwatch_cuinit_in_flight`.
+    pub cuinit_in_flight: IntGauge,
+    /// `uvmwatch_stalls_total{call}`.
+    pub stalls: IntCounterVec,
+    /// `uvmwatch_stalled_calls{call}`.
+    pub stalled: IntGaugeVec,
+    /// `uvmwatch_probe_attached{probe}`.
+    pub probe_attached: IntGaugeVec,
+    /// `uvmwatch_libcuda_targets`.
+    pub libcuda_targets: IntGauge,
+    /// Records lost in user space (undecodable); added to the kernel's drops.
+    pub user_drops: IntCounter,
+}
+
+/// Every metric family name the agent exports, with its type and help text.
+/// The metrics reference in `docs/metrics.md` is checked against this list by a test.
+pub const FAMILIES: &[(&str, &str, &str)] = &[
+    ("uvmwatch_build_info", "gauge", "Always 1; labels carry the agent version and kernel release."),
+    ("uvmwatch_cuinit_calls_total", "counter", "cuInit calls that ended, by result (CUresult name from cuda.h, or thread_exited when the calling thread died inside the call)."),
+    ("uvmwatch_cuinit_duration_seconds", "histogram", "Time from cuInit entry to return, seconds."),
+    ("uvmwatch_cuinit_in_flight", "gauge", "cuInit calls currently running."),
+    ("uvmwatch_stalls_total", "counter", "Calls that crossed their stall threshold (--cuinit-stall, --ioctl-stall), by call (cuInit or the driver ioctl name)."),
+    ("uvmwatch_stalled_calls", "gauge", "Calls currently past their stall threshold, by call."),
+    ("uvmwatch_driver_ioctl_calls_total", "counter", "Ioctls on NVIDIA device nodes, by node, ioctl name and result (NV_OK or an NV_ERR_* name read from the params' rmStatus, OK when the command has no status field, an errno name when the syscall failed, PARAMS_UNREADABLE)."),
+    ("uvmwatch_driver_ioctl_duration_seconds", "histogram", "Ioctl latency on NVIDIA device nodes, seconds, aggregated in the kernel in log2 buckets."),
+    ("uvmwatch_device_opens_total", "counter", "openat() of NVIDIA device nodes, by node and result (success or errno name)."),
+    ("uvmwatch_events_dropped_total", "counter", "Event records lost: ring buffer full in the kernel, or undecodable in user space."),
+    ("uvmwatch_kernel_map_full_total", "counter", "Calls or fds that could not be tracked because a kernel map was full, by map."),
+    ("uvmwatch_tracked_fds", "gauge", "Open NVIDIA device fds the kernel side is tracking."),
+    ("uvmwatch_probe_attached", "gauge", "1 when the probe is attached, else 0 (see `uvmwatch probes` for the reason)."),
+    ("uvmwatch_libcuda_targets", "gauge", "Distinct libcuda files (device, inode) with cuInit probes attached."),
+];
+
+fn help(name: &str) -> String {
+    FAMILIES
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .map(|(_, _, h)| h.to_string())
+        .unwrap_or_default()
+}
+
+impl Metrics {
+    /// Creates and registers the agent-side metrics.
+    ///
+    /// # Errors
+    /// Only on a programming error (duplicate registration).
+    pub fn new() -> prometheus::Result<Metrics> {
+        let registry = Registry::new();
+        let cuinit_calls = IntCounterVec::new(
+            Opts::new(
+                "uvmwatch_cuinit_calls_total",
+                help("uvmwatch_cuinit_calls_total"),
+            ),
+            &["result"],
+        )?;
+        let cuinit_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "uvmwatch_cuinit_duration_seconds",
+                help("uvmwatch_cuinit_duration_seconds"),
+            )
+            .buckets(CUINIT_BUCKETS.to_vec()),
+        )?;
+        let cuinit_in_flight = IntGauge::new(
+            "uvmwatch_cuinit_in_flight",
+            help("uvmwatch_cuinit_in_flight"),
+        )?;
+        let stalls = IntCounterVec::new(
+            Opts::new("uvmwatch_stalls_total", help("uvmwatch_stalls_total")),
+            &["call"],
+        )?;
+        let stalled = IntGaugeVec::new(
+            Opts::new("uvmwatch_stalled_calls", help("uvmwatch_stalled_calls")),
+            &["call"],
+        )?;
+        let probe_attached = IntGaugeVec::new(
+            Opts::new("uvmwatch_probe_attached", help("uvmwatch_probe_attached")),
+            &["probe"],
+        )?;
+        let libcuda_targets =
+            IntGauge::new("uvmwatch_libcuda_targets", help("uvmwatch_libcuda_targets"))?;
+        let build = IntGaugeVec::new(
+            Opts::new("uvmwatch_build_info", help("uvmwatch_build_info")),
+            &["version", "kernel"],
+        )?;
+        build
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), &kernel_release()])
+            .set(1);
+        // The call label always has its cuInit series, so dashboards never see "no data".
+        cuinit_calls.with_label_values(&["CUDA_SUCCESS"]);
+        stalls.with_label_values(&["cuInit"]);
+        stalled.with_label_values(&["cuInit"]);
+        for c in [
+            Box::new(cuinit_calls.clone()) as Box<dyn Collector>,
+            Box::new(cuinit_duration.clone()),
+            Box::new(cuinit_in_flight.clone()),
+            Box::new(stalls.clone()),
+            Box::new(stalled.clone()),
+            Box::new(probe_attached.clone()),
+            Box::new(libcuda_targets.clone()),
+            Box::new(build),
+        ] {
+            registry.register(c)?;
+        }
+        let user_drops = IntCounter::new("uvmwatch_user_drops", "internal")?;
+        Ok(Metrics {
+            registry,
+            cuinit_calls,
+            cuinit_duration,
+            cuinit_in_flight,
+            stalls,
+            stalled,
+            probe_attached,
+            libcuda_targets,
+            user_drops,
+        })
+    }
+
+    /// Sets `uvmwatch_probe_attached` from the probe table.
+    pub fn set_probes(&self, rows: &[(crate::probes::ProbeSpec, ProbeState)]) {
+        for (spec, st) in rows {
+            self.probe_attached
+                .with_label_values(&[spec.label])
+                .set(st.gauge());
+        }
+    }
+
+    /// Renders the registry in the text exposition format (0.0.4).
+    pub fn render(&self) -> String {
+        let enc = prometheus::TextEncoder::new();
+        enc.encode_to_string(&self.registry.gather())
+            .unwrap_or_else(|e| format!("# encoding failed: {e}\n"))
+    }
+}
+
+/// `uname -r`.
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// Reads the kernel's aggregates on every scrape.
+pub struct KernelCollector {
+    /// Weak, so dropping the agent's handle at shutdown really detaches the programs.
+    kernel: Weak<Mutex<Kernel>>,
+    user_drops: IntCounter,
+    descs: Vec<Desc>,
+}
+
+const KERNEL_FAMILIES: &[(&str, &[&str])] = &[
+    (
+        "uvmwatch_driver_ioctl_calls_total",
+        &["node", "ioctl", "result"],
+    ),
+    ("uvmwatch_driver_ioctl_duration_seconds", &["node", "ioctl"]),
+    ("uvmwatch_device_opens_total", &["node", "result"]),
+    ("uvmwatch_events_dropped_total", &[]),
+    ("uvmwatch_kernel_map_full_total", &["map"]),
+    ("uvmwatch_tracked_fds", &[]),
+];
+
+impl KernelCollector {
+    /// A collector over `kernel`'s maps; `user_drops` is added to the dropped-events count.
+    pub fn new(kernel: Weak<Mutex<Kernel>>, user_drops: IntCounter) -> prometheus::Result<Self> {
+        let descs = KERNEL_FAMILIES
+            .iter()
+            .map(|(n, l)| {
+                Desc::new(
+                    n.to_string(),
+                    help(n),
+                    l.iter().map(|s| s.to_string()).collect(),
+                    Default::default(),
+                )
+            })
+            .collect::<prometheus::Result<Vec<_>>>()?;
+        Ok(KernelCollector {
+            kernel,
+            user_drops,
+            descs,
+        })
+    }
+}
+
+fn labels(pairs: &[(&str, String)]) -> Vec<LabelPair> {
+    pairs
+        .iter()
+        .map(|(k, v)| {
+            let mut l = LabelPair::default();
+            l.set_name(k.to_string());
+            l.set_value(v.clone());
+            l
+        })
+        .collect()
+}
+
+fn family(name: &str, t: MetricType, metrics: Vec<proto::Metric>) -> MetricFamily {
+    let mut mf = MetricFamily::default();
+    mf.set_name(name.to_string());
+    mf.set_help(help(name));
+    mf.set_field_type(t);
+    mf.set_metric(metrics);
+    mf
+}
+
+fn counter_metric(l: Vec<LabelPair>, v: f64) -> proto::Metric {
+    let mut c = proto::Counter::default();
+    c.set_value(v);
+    let mut m = proto::Metric::from_label(l);
+    m.set_counter(c);
+    m
+}
+
+fn gauge_metric(v: f64) -> proto::Metric {
+    let mut g = proto::Gauge::default();
+    g.set_value(v);
+    proto::Metric::from_gauge(g)
+}
+
+/// The `result` label of an ioctl result key.
+pub fn ioctl_result_label(kind: u8, code: u32) -> String {
+    match kind {
+        result::OK => "OK".into(),
+        result::NV_STATUS => nvidia::nv_status_label(code),
+        result::ERRNO => nvidia::errno_name(code),
+        _ => "PARAMS_UNREADABLE".into(),
+    }
+}
+
+/// Converts a kernel log2 histogram into Prometheus cumulative buckets (upper bounds in
+/// seconds: 2^(i+1) ns for kernel bucket i, from [`FIRST_EXPORTED_BUCKET`]).
+pub fn log2_to_buckets(b: &[u64; HIST_BUCKETS]) -> Vec<(f64, u64)> {
+    let mut out = Vec::new();
+    let mut cum: u64 = b[..FIRST_EXPORTED_BUCKET].iter().sum();
+    for (i, n) in b.iter().enumerate().skip(FIRST_EXPORTED_BUCKET) {
+        cum += n;
+        if i == HIST_BUCKETS - 1 {
+            break; // the last kernel bucket is open-ended: only +Inf covers it
+        }
+        out.push(((1u64 << (i + 1)) as f64 / 1e9, cum));
+    }
+    out
+}
+
+impl Collector for KernelCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let Some(kernel) = self.kernel.upgrade() else {
+            return Vec::new();
+        };
+        let k = match kernel.lock() {
+            Ok(k) => k,
+            Err(p) => p.into_inner(),
+        };
+        let mut out = Vec::new();
+
+        let results = k.ioctl_results().unwrap_or_default();
+        let ms = results
+            .iter()
+            .map(|(key, n)| {
+                let IoctlKey {
+                    cmd,
+                    node,
+                    minor,
+                    result_kind,
+                    code,
+                    ..
+                } = *key;
+                counter_metric(
+                    labels(&[
+                        ("node", nvidia::node_label(node, minor)),
+                        ("ioctl", nvidia::ioctl_label(node, cmd).to_string()),
+                        ("result", ioctl_result_label(result_kind, code)),
+                    ]),
+                    *n as f64,
+                )
+            })
+            .collect();
+        out.push(family(
+            "uvmwatch_driver_ioctl_calls_total",
+            MetricType::COUNTER,
+            merge_same_labels(ms),
+        ));
+
+        let hists = k.ioctl_hist().unwrap_or_default();
+        let mut hm: Vec<proto::Metric> = Vec::new();
+        // Unknown commands share the `unknown` label: merge them into one series.
+        let mut merged: std::collections::BTreeMap<
+            (String, String),
+            ([u64; HIST_BUCKETS], u64, u64),
+        > = Default::default();
+        for (key, h) in &hists {
+            let e = merged
+                .entry((
+                    nvidia::node_label(key.node, key.minor),
+                    nvidia::ioctl_label(key.node, key.cmd).to_string(),
+                ))
+                .or_insert(([0; HIST_BUCKETS], 0, 0));
+            for (i, n) in h.buckets.iter().enumerate() {
+                e.0[i] += n;
+            }
+            e.1 += h.sum_ns;
+            e.2 += h.count;
+        }
+        for ((node, ioctl), (b, sum_ns, count)) in merged {
+            let mut ph = proto::Histogram::default();
+            ph.set_sample_count(count);
+            ph.set_sample_sum(sum_ns as f64 / 1e9);
+            ph.set_bucket(
+                log2_to_buckets(&b)
+                    .into_iter()
+                    .map(|(ub, c)| {
+                        let mut bk = proto::Bucket::default();
+                        bk.set_upper_bound(ub);
+                        bk.set_cumulative_count(c);
+                        bk
+                    })
+                    .collect(),
+            );
+            let mut m = proto::Metric::from_label(labels(&[("node", node), ("ioctl", ioctl)]));
+            m.set_histogram(ph);
+            hm.push(m);
+        }
+        out.push(family(
+            "uvmwatch_driver_ioctl_duration_seconds",
+            MetricType::HISTOGRAM,
+            hm,
+        ));
+
+        let opens = k.opens().unwrap_or_default();
+        let om = opens
+            .iter()
+            .map(|(key, n)| {
+                let res = if key.errno == 0 {
+                    "success".to_string()
+                } else {
+                    nvidia::errno_name(key.errno)
+                };
+                counter_metric(
+                    labels(&[
+                        ("node", nvidia::node_label(key.node, key.minor)),
+                        ("result", res),
+                    ]),
+                    *n as f64,
+                )
+            })
+            .collect();
+        out.push(family(
+            "uvmwatch_device_opens_total",
+            MetricType::COUNTER,
+            merge_same_labels(om),
+        ));
+
+        let c = k.counters().unwrap_or_default();
+        out.push(family(
+            "uvmwatch_events_dropped_total",
+            MetricType::COUNTER,
+            vec![counter_metric(
+                vec![],
+                (c[counter::RINGBUF_DROPS as usize] + self.user_drops.get()) as f64,
+            )],
+        ));
+        out.push(family(
+            "uvmwatch_kernel_map_full_total",
+            MetricType::COUNTER,
+            vec![
+                counter_metric(
+                    labels(&[("map", "inflight".into())]),
+                    c[counter::INFLIGHT_FULL as usize] as f64,
+                ),
+                counter_metric(
+                    labels(&[("map", "fds".into())]),
+                    c[counter::FDS_FULL as usize] as f64,
+                ),
+            ],
+        ));
+        out.push(family(
+            "uvmwatch_tracked_fds",
+            MetricType::GAUGE,
+            vec![gauge_metric(k.tracked_fds() as f64)],
+        ));
+        out
+    }
+}
+
+/// Sums counters whose label sets are equal (several kernel keys can map to one label set,
+/// e.g. unknown commands) so the exposition has no duplicate series.
+fn merge_same_labels(ms: Vec<proto::Metric>) -> Vec<proto::Metric> {
+    let mut map: std::collections::BTreeMap<Vec<(String, String)>, f64> = Default::default();
+    for m in ms {
+        let key: Vec<(String, String)> = m
+            .get_label()
+            .iter()
+            .map(|l| (l.name().to_string(), l.value().to_string()))
+            .collect();
+        *map.entry(key).or_default() += m.get_counter().get_value();
+    }
+    map.into_iter()
+        .map(|(k, v)| {
+            let l = k
+                .into_iter()
+                .map(|(n, v)| {
+                    let mut p = LabelPair::default();
+                    p.set_name(n);
+                    p.set_value(v);
+                    p
+                })
+                .collect();
+            counter_metric(l, v)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log2_buckets_are_cumulative_and_in_seconds() {
+        let mut b = [0u64; HIST_BUCKETS];
+        b[0] = 1; // < 2 ns
+        b[10] = 2; // [1024, 2048) ns
+        b[20] = 3; // ~1 ms
+        b[HIST_BUCKETS - 1] = 4; // open-ended
+        let out = log2_to_buckets(&b);
+        assert_eq!(out[0].0, 1024.0 / 1e9);
+        assert_eq!(out[0].1, 1); // fast calls folded into the first bucket
+        let at = |ub: f64| out.iter().find(|(u, _)| (*u - ub).abs() < 1e-15).unwrap().1;
+        assert_eq!(at(2048.0 / 1e9), 3);
+        assert_eq!(at((1u64 << 21) as f64 / 1e9), 6);
+        assert_eq!(out.last().unwrap().1, 6); // open-ended bucket only in +Inf
+        assert!(out.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1));
+    }
+
+    #[test]
+    fn result_labels() {
+        assert_eq!(ioctl_result_label(result::NV_STATUS, 0), "NV_OK");
+        assert_eq!(
+            ioctl_result_label(result::NV_STATUS, 0x51),
+            "NV_ERR_NO_MEMORY"
+        );
+        assert_eq!(ioctl_result_label(result::ERRNO, 11), "EAGAIN");
+        assert_eq!(ioctl_result_label(result::OK, 0), "OK");
+        assert_eq!(
+            ioctl_result_label(result::UNREADABLE, 0),
+            "PARAMS_UNREADABLE"
+        );
+    }
+
+    #[test]
+    fn agent_metrics_render() {
+        let m = Metrics::new().unwrap();
+        m.cuinit_calls
+            .with_label_values(&["CUDA_ERROR_NOT_INITIALIZED"])
+            .inc();
+        m.cuinit_duration.observe(1.5);
+        let text = m.render();
+        assert!(
+            text.contains("uvmwatch_cuinit_calls_total{result=\"CUDA_ERROR_NOT_INITIALIZED\"} 1")
+        );
+        assert!(text.contains("uvmwatch_cuinit_duration_seconds_bucket{le=\"600\"} 1"));
+        assert!(text.contains("uvmwatch_build_info{"));
+        for (name, _, _) in FAMILIES {
+            assert!(name.starts_with("uvmwatch_"));
+        }
+    }
+}

@@ -1,0 +1,575 @@
+//! Types shared by the uvmwatch eBPF programs (`agent-ebpf`) and the agent (`agent`).
+//!
+//! Everything here is `#[repr(C)]`, made of fixed-width integers (no `bool`, no pointers) and
+//! padded explicitly, so the kernel side and user space agree byte for byte. With the `user`
+//! feature every map key and value implements [`aya::Pod`].
+//!
+//! Layout rules kept by this crate:
+//! * every ring-buffer record starts with [`EventHeader`]; [`EventHeader::kind`] is one of the
+//!   `EVENT_*` numbers, which are never reused;
+//! * times are `bpf_ktime_get_ns()` values: nanoseconds of `CLOCK_MONOTONIC`;
+//! * sizes are asserted in the tests at the bottom.
+#![no_std]
+
+/// Length of a task's `comm` (`TASK_COMM_LEN` in `include/linux/sched.h`).
+pub const COMM_LEN: usize = 16;
+/// Bytes of a path kept in [`OpenEvent`]; longer paths are cut (and flagged).
+pub const PATH_LEN: usize = 128;
+
+// ---------------------------------------------------------------------------------------------
+// Device nodes
+// ---------------------------------------------------------------------------------------------
+
+/// Kind of NVIDIA device node behind a file descriptor (`FdInfo::node`, `*Key::node`).
+pub mod node {
+    /// Not an NVIDIA node (or a tombstone for a closed, inherited fd).
+    pub const NONE: u8 = 0;
+    /// `/dev/nvidiactl` (char 195:255): RM control node.
+    pub const CTL: u8 = 1;
+    /// `/dev/nvidia<N>` (char 195:N): one per GPU; the minor N is kept beside the kind.
+    pub const GPU: u8 = 2;
+    /// `/dev/nvidia-uvm` (dynamic major, minor 0).
+    pub const UVM: u8 = 3;
+    /// `/dev/nvidia-uvm-tools` (same major, minor 1).
+    pub const UVM_TOOLS: u8 = 4;
+    /// Highest kind number in use.
+    pub const MAX: u8 = 4;
+
+    /// Whether ioctls on this kind carry UVM command numbers (plain integers) rather than RM
+    /// `_IOWR('F', nr, size)` escapes.
+    #[inline(always)]
+    pub const fn is_uvm(kind: u8) -> bool {
+        kind == UVM || kind == UVM_TOOLS
+    }
+}
+
+/// Classify a NUL-terminated path the kernel read from `openat`'s `filename` argument.
+///
+/// Returns `(kind, minor)`: `minor` is the GPU number for [`node::GPU`] and 0 otherwise.
+/// Recognises exactly `/dev/nvidiactl`, `/dev/nvidia<N>` (N = 0..=254, decimal, no leading
+/// zero), `/dev/nvidia-uvm` and `/dev/nvidia-uvm-tools`; everything else (e.g.
+/// `/dev/nvidia-modeset`, `/dev/nvidia-caps/…`, `/dev/nvidia-nvswitch0`) is [`node::NONE`].
+/// Written without loops over the input beyond a fixed bound so the BPF verifier accepts it.
+#[inline(always)]
+pub fn classify_dev_path(p: &[u8; 32]) -> (u8, u8) {
+    const PREFIX: &[u8; 11] = b"/dev/nvidia";
+    let mut i = 0;
+    while i < PREFIX.len() {
+        if p[i] != PREFIX[i] {
+            return (node::NONE, 0);
+        }
+        i += 1;
+    }
+    let rest = &p[11..];
+    // "ctl\0"
+    if rest[0] == b'c' && rest[1] == b't' && rest[2] == b'l' && rest[3] == 0 {
+        return (node::CTL, 0);
+    }
+    // "-uvm\0" / "-uvm-tools\0"
+    if rest[0] == b'-' && rest[1] == b'u' && rest[2] == b'v' && rest[3] == b'm' {
+        if rest[4] == 0 {
+            return (node::UVM, 0);
+        }
+        if rest[4] == b'-'
+            && rest[5] == b't'
+            && rest[6] == b'o'
+            && rest[7] == b'o'
+            && rest[8] == b'l'
+            && rest[9] == b's'
+            && rest[10] == 0
+        {
+            return (node::UVM_TOOLS, 0);
+        }
+        return (node::NONE, 0);
+    }
+    // "<N>\0" with 1..=3 digits, value <= 254, no leading zero unless N == 0.
+    let mut n: u32 = 0;
+    let mut digits = 0;
+    while digits < 4 {
+        let c = rest[digits];
+        if c == 0 {
+            break;
+        }
+        if !c.is_ascii_digit() {
+            return (node::NONE, 0);
+        }
+        n = n * 10 + (c - b'0') as u32;
+        digits += 1;
+    }
+    if digits == 0 || digits > 3 || rest[digits] != 0 || n > 254 || (digits > 1 && rest[0] == b'0')
+    {
+        return (node::NONE, 0);
+    }
+    (node::GPU, n as u8)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Maps: keys and values
+// ---------------------------------------------------------------------------------------------
+
+/// Key of the `FDS` map: one open NVIDIA file descriptor of a process.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct FdKey {
+    /// Process (thread-group) id, as the kernel sees it (init pid namespace).
+    pub tgid: u32,
+    /// File descriptor number.
+    pub fd: u32,
+}
+
+/// `FdInfo::flags` bit: the fd was opened with `O_CLOEXEC` (`exec` closes it).
+pub const FD_CLOEXEC: u8 = 1;
+/// `FdInfo::flags` bit: learned from `/proc/<pid>/fd` by user space, not seen being opened.
+pub const FD_FROM_PROC: u8 = 2;
+/// `FdInfo::flags` bit: copied from the parent after a `fork`.
+pub const FD_INHERITED: u8 = 4;
+
+/// Value of the `FDS` map.
+///
+/// An entry is valid only while `proc_gen` equals the process's [`ProcState::proc_gen`] and,
+/// for close-on-exec fds, `exec_gen` equals [`ProcState::exec_gen`]; stale entries are
+/// ignored by the kernel side and removed by the agent's sweeper.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct FdInfo {
+    /// Node kind, one of [`node`]; [`node::NONE`] marks a closed inherited fd (tombstone).
+    pub node: u8,
+    /// GPU minor for [`node::GPU`], else 0.
+    pub minor: u8,
+    /// `FD_*` bits.
+    pub flags: u8,
+    pub _pad: [u8; 5],
+    /// Generation of the process when the fd was recorded.
+    pub proc_gen: u64,
+    /// Exec generation of the process when the fd was recorded.
+    pub exec_gen: u64,
+    /// When the fd was recorded (ns, `CLOCK_MONOTONIC`).
+    pub opened_ns: u64,
+}
+
+/// Value of the `PROCS` map, keyed by tgid: processes that have touched an NVIDIA node or
+/// were forked from one.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ProcState {
+    /// Changes when a new process takes this tgid (ns timestamp of creation in the map).
+    pub proc_gen: u64,
+    /// Changes on every `exec` of the process.
+    pub exec_gen: u64,
+    /// Parent tgid whose fds this process inherited by `fork` (0 = none).
+    pub parent_tgid: u32,
+    pub _pad: u32,
+    /// When the fork happened (ns): parent fds recorded later are not inherited.
+    pub forked_ns: u64,
+}
+
+/// Key of the `CMDS` map: which ioctl commands have a known `rmStatus` location.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct CmdKey {
+    /// 1 for UVM nodes (`nvidia-uvm`, `nvidia-uvm-tools`), 0 for RM nodes (`nvidiactl`, GPUs).
+    pub uvm: u32,
+    /// The ioctl request number as passed to `ioctl(2)`.
+    pub cmd: u32,
+}
+
+/// Value of the `CMDS` map, filled by user space from its table so a new driver needs no
+/// rebuild of the eBPF object.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct CmdInfo {
+    /// Byte offset of the `NV_STATUS rmStatus` (u32) inside the params struct.
+    pub status_offset: u32,
+    /// Size of the params struct in bytes (informational; the offset is checked against it).
+    pub params_size: u32,
+}
+
+/// Ioctl in flight on one thread (`INFLIGHT_IOCTL`, keyed by tid).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct InflightIoctl {
+    /// Entry time (ns, `CLOCK_MONOTONIC`).
+    pub start_ns: u64,
+    /// User-space address of the params (`arg` of `ioctl(2)`).
+    pub arg: u64,
+    pub tgid: u32,
+    pub fd: u32,
+    /// Request number.
+    pub cmd: u32,
+    /// Node kind ([`node`]).
+    pub node: u8,
+    /// GPU minor for [`node::GPU`].
+    pub minor: u8,
+    /// 1 when the call began inside a `cuInit` of the same thread.
+    pub in_cuinit: u8,
+    pub _pad: u8,
+}
+
+/// `cuInit` in flight on one thread (`INFLIGHT_CUINIT`, keyed by tid).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct InflightCuinit {
+    /// Entry time (ns, `CLOCK_MONOTONIC`).
+    pub start_ns: u64,
+    pub tgid: u32,
+    /// The `Flags` argument of `cuInit` (must be 0 per the CUDA driver API).
+    pub flags: u32,
+}
+
+/// Number of log2 buckets in [`LatencyHist`]: bucket `i` counts calls with
+/// `2^i <= ns < 2^(i+1)` (bucket 0 also holds 0 ns); the last bucket holds everything above.
+pub const HIST_BUCKETS: usize = 40;
+
+/// Key of the per-CPU `IOCTL_HIST` and `IOCTL_RESULTS` maps.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct IoctlKey {
+    /// Request number.
+    pub cmd: u32,
+    /// Node kind ([`node`]).
+    pub node: u8,
+    /// GPU minor for [`node::GPU`].
+    pub minor: u8,
+    /// For `IOCTL_RESULTS`: one of [`result`]; 0 in `IOCTL_HIST`.
+    pub result_kind: u8,
+    pub _pad: u8,
+    /// For `IOCTL_RESULTS`: the errno (positive) or `NV_STATUS`; 0 in `IOCTL_HIST`.
+    pub code: u32,
+}
+
+/// How an ioctl ended, in [`IoctlKey::result_kind`] and [`IoctlEvent::result_kind`].
+pub mod result {
+    /// Syscall returned >= 0 and no `rmStatus` is known for the command.
+    pub const OK: u8 = 0;
+    /// Syscall returned >= 0 and the `rmStatus` read from the params is in `code`
+    /// (`NV_OK` = 0 included).
+    pub const NV_STATUS: u8 = 1;
+    /// Syscall failed; `code` is the errno.
+    pub const ERRNO: u8 = 2;
+    /// Syscall returned >= 0 but the params could not be read at exit.
+    pub const UNREADABLE: u8 = 3;
+}
+
+/// Per-CPU latency histogram (`IOCTL_HIST` value), in nanoseconds.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LatencyHist {
+    /// Log2 buckets, see [`HIST_BUCKETS`].
+    pub buckets: [u64; HIST_BUCKETS],
+    /// Sum of all latencies (ns).
+    pub sum_ns: u64,
+    /// Number of calls.
+    pub count: u64,
+}
+
+impl Default for LatencyHist {
+    fn default() -> Self {
+        LatencyHist {
+            buckets: [0; HIST_BUCKETS],
+            sum_ns: 0,
+            count: 0,
+        }
+    }
+}
+
+/// Bucket index of a latency in ns for [`LatencyHist`]: `floor(log2(ns))`, capped.
+#[inline(always)]
+pub fn hist_bucket(ns: u64) -> usize {
+    if ns == 0 {
+        return 0;
+    }
+    let b = 63 - ns.leading_zeros() as usize;
+    if b >= HIST_BUCKETS {
+        HIST_BUCKETS - 1
+    } else {
+        b
+    }
+}
+
+/// Key of the per-CPU `OPENS` map: device opens by node and result.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct OpenKey {
+    /// Node kind ([`node`]).
+    pub node: u8,
+    /// GPU minor for [`node::GPU`].
+    pub minor: u8,
+    pub _pad: u16,
+    /// 0 for success, else the errno (positive, e.g. 2 = ENOENT, 1 = EPERM).
+    pub errno: u32,
+}
+
+/// Index of each counter in the per-CPU `COUNTERS` array.
+pub mod counter {
+    /// `bpf_ringbuf_reserve` failed: an event was lost.
+    pub const RINGBUF_DROPS: u32 = 0;
+    /// An in-flight map was full: a call could not be tracked.
+    pub const INFLIGHT_FULL: u32 = 1;
+    /// The `FDS` map was full: an fd could not be tracked.
+    pub const FDS_FULL: u32 = 2;
+    /// Number of counters.
+    pub const COUNT: u32 = 3;
+}
+
+/// Runtime settings written by user space into the one-entry `CONFIG` array.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Config {
+    /// Ioctls at least this long (ns) are sent to user space individually.
+    pub slow_ioctl_ns: u64,
+    /// Agent's own tgid: its activity is ignored in the kernel.
+    pub agent_tgid: u32,
+    /// Offset of `child_pid` in the `sched:sched_process_fork` record (from its `format`).
+    pub fork_child_pid_off: u32,
+    /// Offset of `group_dead` in `sched:sched_process_exit`, 0 when the kernel lacks it.
+    pub exit_group_dead_off: u32,
+    /// 1 once user space has filled the config (programs do nothing before).
+    pub ready: u32,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ring-buffer events
+// ---------------------------------------------------------------------------------------------
+
+/// [`IoctlEvent`]: an ioctl on an NVIDIA fd ended and is interesting (failed, slow, in cuInit).
+pub const EVENT_IOCTL: u32 = 1;
+/// [`OpenEvent`]: an open of an NVIDIA node (failures always; successes inside `cuInit` or
+/// of a process not yet known), or of a file named `libcuda.so*`.
+pub const EVENT_OPEN: u32 = 2;
+/// [`CuinitEvent`]: `cuInit` entered.
+pub const EVENT_CUINIT_ENTER: u32 = 3;
+/// [`CuinitEvent`]: `cuInit` returned.
+pub const EVENT_CUINIT_EXIT: u32 = 4;
+/// [`TaskEvent`]: a thread exited with a `cuInit` or ioctl in flight.
+pub const EVENT_DIED_IN_CALL: u32 = 5;
+/// [`TaskEvent`]: a tracked process forked (`aux` = child pid).
+pub const EVENT_FORK: u32 = 6;
+/// [`TaskEvent`]: a tracked process called `exec`.
+pub const EVENT_EXEC: u32 = 7;
+/// [`TaskEvent`]: a tracked process exited (its last thread).
+pub const EVENT_PROC_EXIT: u32 = 8;
+
+/// Header of every ring-buffer record.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct EventHeader {
+    /// One of the `EVENT_*` numbers.
+    pub kind: u32,
+    /// Process id (tgid) in the init pid namespace.
+    pub tgid: u32,
+    /// Thread id in the init pid namespace.
+    pub tid: u32,
+    pub _pad: u32,
+    /// When the record was made (ns, `CLOCK_MONOTONIC`).
+    pub ts_ns: u64,
+    /// `comm` of the thread, NUL padded.
+    pub comm: [u8; COMM_LEN],
+}
+
+/// [`IoctlEvent::flags`] bit: the call began inside `cuInit`.
+pub const IOCTL_IN_CUINIT: u32 = 1;
+/// [`IoctlEvent::flags`] bit: the call took at least `Config::slow_ioctl_ns`.
+pub const IOCTL_SLOW: u32 = 2;
+/// [`IoctlEvent::flags`] bit: the call failed (errno or non-zero `rmStatus`).
+pub const IOCTL_FAILED: u32 = 4;
+
+/// An ioctl that ended (kind [`EVENT_IOCTL`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct IoctlEvent {
+    pub header: EventHeader,
+    /// Entry time (ns).
+    pub start_ns: u64,
+    /// Syscall return value.
+    pub ret: i64,
+    /// Request number.
+    pub cmd: u32,
+    pub fd: u32,
+    /// `rmStatus` (meaningful when `result_kind` is [`result::NV_STATUS`]).
+    pub status: u32,
+    /// `IOCTL_*` bits.
+    pub flags: u32,
+    /// Node kind ([`node`]).
+    pub node: u8,
+    /// GPU minor for [`node::GPU`].
+    pub minor: u8,
+    /// One of [`result`].
+    pub result_kind: u8,
+    pub _pad: [u8; 5],
+}
+
+/// [`OpenEvent::flags`] bit: the path was longer than [`PATH_LEN`] and was cut.
+pub const OPEN_PATH_TRUNCATED: u32 = 1;
+/// [`OpenEvent::flags`] bit: the open began inside `cuInit`.
+pub const OPEN_IN_CUINIT: u32 = 2;
+/// [`OpenEvent::flags`] bit: the file's name starts with `libcuda.so`.
+pub const OPEN_LIBCUDA: u32 = 4;
+
+/// An `openat` of an NVIDIA node or of `libcuda.so*` ended (kind [`EVENT_OPEN`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenEvent {
+    pub header: EventHeader,
+    /// Entry time (ns).
+    pub start_ns: u64,
+    /// Syscall return: the new fd, or `-errno`.
+    pub ret: i64,
+    /// `openat` flags argument.
+    pub open_flags: u32,
+    /// `OPEN_*` bits.
+    pub flags: u32,
+    /// Node kind ([`node`]); [`node::NONE`] for a library open.
+    pub node: u8,
+    /// GPU minor for [`node::GPU`].
+    pub minor: u8,
+    pub _pad: [u8; 6],
+    /// The path as passed by the caller (in its mount namespace), NUL terminated.
+    pub path: [u8; PATH_LEN],
+}
+
+impl Default for OpenEvent {
+    fn default() -> Self {
+        OpenEvent {
+            header: EventHeader::default(),
+            start_ns: 0,
+            ret: 0,
+            open_flags: 0,
+            flags: 0,
+            node: 0,
+            minor: 0,
+            _pad: [0; 6],
+            path: [0; PATH_LEN],
+        }
+    }
+}
+
+/// `cuInit` entered or returned (kinds [`EVENT_CUINIT_ENTER`], [`EVENT_CUINIT_EXIT`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct CuinitEvent {
+    pub header: EventHeader,
+    /// Entry time (ns).
+    pub start_ns: u64,
+    /// `CUresult` returned (exit only; 0 = `CUDA_SUCCESS`).
+    pub ret: i64,
+    /// The `Flags` argument.
+    pub flags: u32,
+    /// 1 when the entry was seen (exit only; 0 means the uprobe attached mid-call).
+    pub entry_seen: u32,
+}
+
+/// Task lifecycle record (kinds [`EVENT_DIED_IN_CALL`], [`EVENT_FORK`], [`EVENT_EXEC`],
+/// [`EVENT_PROC_EXIT`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct TaskEvent {
+    pub header: EventHeader,
+    /// [`EVENT_DIED_IN_CALL`]: start (ns) of the call in flight.
+    pub start_ns: u64,
+    /// [`EVENT_FORK`]: child pid; [`EVENT_DIED_IN_CALL`]: ioctl cmd (if `what` has bit 2).
+    pub aux: u32,
+    /// [`EVENT_DIED_IN_CALL`]: bit 1 = a `cuInit` was in flight, bit 2 = an ioctl was.
+    pub what: u32,
+    /// [`EVENT_DIED_IN_CALL`]: start (ns) of the ioctl in flight.
+    pub ioctl_start_ns: u64,
+    /// [`EVENT_DIED_IN_CALL`]: node kind of the ioctl in flight.
+    pub node: u8,
+    pub minor: u8,
+    pub _pad: [u8; 6],
+}
+
+/// [`TaskEvent::what`] bit: a `cuInit` was in flight.
+pub const DIED_IN_CUINIT: u32 = 1;
+/// [`TaskEvent::what`] bit: an ioctl was in flight.
+pub const DIED_IN_IOCTL: u32 = 2;
+
+/// Largest record size, for ring-buffer sizing.
+pub const MAX_EVENT_SIZE: usize = core::mem::size_of::<OpenEvent>();
+
+#[cfg(feature = "user")]
+mod pod {
+    use super::*;
+    unsafe impl aya::Pod for FdKey {}
+    unsafe impl aya::Pod for FdInfo {}
+    unsafe impl aya::Pod for ProcState {}
+    unsafe impl aya::Pod for CmdKey {}
+    unsafe impl aya::Pod for CmdInfo {}
+    unsafe impl aya::Pod for InflightIoctl {}
+    unsafe impl aya::Pod for InflightCuinit {}
+    unsafe impl aya::Pod for IoctlKey {}
+    unsafe impl aya::Pod for LatencyHist {}
+    unsafe impl aya::Pod for OpenKey {}
+    unsafe impl aya::Pod for Config {}
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use core::mem::size_of;
+
+    fn path(s: &str) -> [u8; 32] {
+        let mut p = [0u8; 32];
+        p[..s.len()].copy_from_slice(s.as_bytes());
+        p
+    }
+
+    #[test]
+    fn classifies_device_paths() {
+        assert_eq!(classify_dev_path(&path("/dev/nvidiactl")), (node::CTL, 0));
+        assert_eq!(classify_dev_path(&path("/dev/nvidia0")), (node::GPU, 0));
+        assert_eq!(classify_dev_path(&path("/dev/nvidia7")), (node::GPU, 7));
+        assert_eq!(classify_dev_path(&path("/dev/nvidia254")), (node::GPU, 254));
+        assert_eq!(classify_dev_path(&path("/dev/nvidia-uvm")), (node::UVM, 0));
+        assert_eq!(
+            classify_dev_path(&path("/dev/nvidia-uvm-tools")),
+            (node::UVM_TOOLS, 0)
+        );
+        for bad in [
+            "/dev/nvidia255",
+            "/dev/nvidia01",
+            "/dev/nvidia1000",
+            "/dev/nvidia",
+            "/dev/nvidiactlx",
+            "/dev/nvidia-modeset",
+            "/dev/nvidia-uvmx",
+            "/dev/nvidia-uvm-toolsx",
+            "/dev/nvidia-nvswitch0",
+            "/dev/nvidia-caps/nvidia-cap1",
+            "/dev/nvidia0x",
+            "dev/nvidia0",
+            "/dev/null",
+        ] {
+            assert_eq!(classify_dev_path(&path(bad)), (node::NONE, 0), "{bad}");
+        }
+    }
+
+    #[test]
+    fn buckets_are_log2() {
+        assert_eq!(hist_bucket(0), 0);
+        assert_eq!(hist_bucket(1), 0);
+        assert_eq!(hist_bucket(2), 1);
+        assert_eq!(hist_bucket(1023), 9);
+        assert_eq!(hist_bucket(1024), 10);
+        assert_eq!(hist_bucket(u64::MAX), HIST_BUCKETS - 1);
+    }
+
+    #[test]
+    fn sizes_are_stable() {
+        assert_eq!(size_of::<EventHeader>(), 40);
+        assert_eq!(size_of::<IoctlEvent>(), 80);
+        assert_eq!(size_of::<OpenEvent>(), 200);
+        assert_eq!(size_of::<CuinitEvent>(), 64);
+        assert_eq!(size_of::<TaskEvent>(), 72);
+        assert_eq!(size_of::<FdKey>(), 8);
+        assert_eq!(size_of::<FdInfo>(), 32);
+        assert_eq!(size_of::<ProcState>(), 32);
+        assert_eq!(size_of::<InflightIoctl>(), 32);
+        assert_eq!(size_of::<InflightCuinit>(), 16);
+        assert_eq!(size_of::<IoctlKey>(), 12);
+        assert_eq!(size_of::<LatencyHist>(), 8 * (HIST_BUCKETS + 2));
+        assert_eq!(size_of::<OpenKey>(), 8);
+        assert_eq!(size_of::<Config>(), 24);
+        assert_eq!(MAX_EVENT_SIZE, 200);
+    }
+}
