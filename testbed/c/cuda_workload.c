@@ -1,0 +1,130 @@
+/*
+ * cuda_workload.c - a minimal CUDA "application" for uvmwatch tests.
+ *
+ * usage: cuda-workload [--lib PATH] [--wait-ms N] [--flags N] [--fork-child] [--repeat N]
+ *
+ * Loads libcuda (PATH, or "libcuda.so.1" through the dynamic linker's search)
+ * with dlopen(RTLD_NOW), waits --wait-ms milliseconds (default 1500: a tracing
+ * agent attaches its cuInit uprobe when it sees the library mapped, which can
+ * take up to a second), then calls cuInit(--flags) --repeat times (default 1)
+ * and prints one line per call:
+ *
+ *     cuInit=<rc> pid=<pid>
+ *
+ * With --fork-child the process then forks (no exec); the child calls cuInit
+ * once and prints its own line, and the parent waits for it.
+ *
+ * Exit status: 0 if the parent's last cuInit returned 0, 1 if it did not,
+ * 2 on a usage, dlopen or dlsym error.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef int (*cu_init_fn)(unsigned int);
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: cuda-workload [--lib PATH] [--wait-ms N] [--flags N] "
+                    "[--fork-child] [--repeat N]\n");
+    exit(2);
+}
+
+static unsigned long parse_number(const char *opt, const char *value)
+{
+    if (value == NULL)
+        usage();
+    char *end = NULL;
+    errno = 0;
+    unsigned long n = strtoul(value, &end, 0);
+    if (errno != 0 || end == value || *end != '\0') {
+        fprintf(stderr, "cuda-workload: bad number for %s: '%s'\n", opt, value);
+        exit(2);
+    }
+    return n;
+}
+
+static void sleep_ms(unsigned long ms)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static int call_and_report(cu_init_fn cu_init, unsigned int flags)
+{
+    int rc = cu_init(flags);
+    printf("cuInit=%d pid=%d\n", rc, (int)getpid());
+    fflush(stdout);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    const char *lib = "libcuda.so.1";
+    unsigned long wait_ms = 1500;
+    unsigned long flags = 0;
+    unsigned long repeat = 1;
+    int fork_child = 0;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--lib") == 0) {
+            if (++i >= argc)
+                usage();
+            lib = argv[i];
+        } else if (strcmp(a, "--wait-ms") == 0) {
+            wait_ms = parse_number(a, i + 1 < argc ? argv[++i] : NULL);
+        } else if (strcmp(a, "--flags") == 0) {
+            flags = parse_number(a, i + 1 < argc ? argv[++i] : NULL);
+        } else if (strcmp(a, "--repeat") == 0) {
+            repeat = parse_number(a, i + 1 < argc ? argv[++i] : NULL);
+        } else if (strcmp(a, "--fork-child") == 0) {
+            fork_child = 1;
+        } else {
+            usage();
+        }
+    }
+
+    void *handle = dlopen(lib, RTLD_NOW);
+    if (handle == NULL) {
+        fprintf(stderr, "cuda-workload: dlopen(%s): %s\n", lib, dlerror());
+        return 2;
+    }
+    cu_init_fn cu_init = (cu_init_fn)dlsym(handle, "cuInit");
+    if (cu_init == NULL) {
+        fprintf(stderr, "cuda-workload: dlsym(cuInit): %s\n", dlerror());
+        return 2;
+    }
+
+    sleep_ms(wait_ms);
+
+    int rc = 0;
+    for (unsigned long n = 0; n < repeat; n++)
+        rc = call_and_report(cu_init, (unsigned int)flags);
+
+    if (fork_child) {
+        fflush(stdout);
+        pid_t child = fork();
+        if (child < 0) {
+            perror("cuda-workload: fork");
+            return 2;
+        }
+        if (child == 0) {
+            int child_rc = call_and_report(cu_init, (unsigned int)flags);
+            _exit(child_rc == 0 ? 0 : 1);
+        }
+        int status = 0;
+        while (waitpid(child, &status, 0) < 0 && errno == EINTR)
+            ;
+    }
+
+    return rc == 0 ? 0 : 1;
+}

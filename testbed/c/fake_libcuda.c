@@ -1,0 +1,374 @@
+/*
+ * fake_libcuda.c - a stand-in for NVIDIA's libcuda.so.1, for uvmwatch tests.
+ *
+ * Built as a shared library named libcuda.so.1. It exports cuInit and
+ * cuDriverGetVersion. cuInit replays the system calls a real cuInit makes on
+ * its way to a usable GPU (file opens and driver ioctls on /dev/nvidia*, with
+ * the real ioctl numbers), so that a tracing agent sees the same sequence it
+ * would see on a machine with an NVIDIA driver. The device nodes are expected
+ * to be served by uvmwatch-fakedev (a FUSE file system).
+ *
+ * Sources of the numbers (NVIDIA open-gpu-kernel-modules):
+ *   kernel-open/common/inc/nv-ioctl-numbers.h  NV_IOCTL_MAGIC 'F', NV_ESC_* (nr)
+ *   kernel-open/common/inc/nv-ioctl.h          nv_ioctl_* parameter structs
+ *   src/nvidia/arch/nvalloc/unix/include/nv_escape.h  NV_ESC_RM_ALLOC/CONTROL/FREE
+ *   kernel-open/nvidia-uvm/uvm_ioctl.h         UVM_* command numbers and params
+ *   kernel-open/nvidia-uvm/uvm_linux_ioctl.h   UVM_INITIALIZE 0x30000001
+ *   kernel-open/common/inc/nvstatuscodes.h     NV_OK 0, NV_ERR_NO_MEMORY 0x51
+ *
+ * Environment:
+ *   UVMWATCH_FAKE_SCENARIO  success (default) | register_gpu_no_memory |
+ *                           hang_register_gpu | missing_node
+ *   UVMWATCH_FAKE_GPUS      number of GPUs (/dev/nvidia0..N-1), default 1, max 32
+ *   UVMWATCH_FAKE_UVM_FLAGS flags for UVM_INITIALIZE (0x1 disable HMM,
+ *                           0x2 multi-process sharing), default 0
+ *
+ * UVM commands are plain integers (no _IOC size bits), so the FUSE server
+ * cannot copy parameters back. Before each UVM ioctl this library writes the
+ * rmStatus a real driver would write into the parameters, and reads it back
+ * after the call as a real caller would.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+typedef int CUresult;
+
+/* CUDA driver API error codes (cuda.h). */
+#define CUDA_SUCCESS 0
+#define CUDA_ERROR_INVALID_VALUE 1
+#define CUDA_ERROR_NOT_INITIALIZED 3
+#define CUDA_ERROR_NO_DEVICE 100
+#define CUDA_ERROR_UNKNOWN 999
+
+/* CUDA 12.9 reports 12090 from cuDriverGetVersion. */
+#define FAKE_DRIVER_VERSION 12090
+
+/* NV_STATUS values (nvstatuscodes.h). */
+#define NV_OK 0x00000000u
+#define NV_ERR_NO_MEMORY 0x00000051u
+
+/* RM ioctls on /dev/nvidiactl: _IOWR(NV_IOCTL_MAGIC, nr, size). */
+#define NV_IOCTL_MAGIC 'F'
+#define NV_RM_IOWR(nr, size) _IOC(_IOC_READ | _IOC_WRITE, NV_IOCTL_MAGIC, (nr), (size))
+
+#define NV_ESC_CARD_INFO 0xC8        /* NV_IOCTL_BASE (200) + 0 */
+#define NV_ESC_CHECK_VERSION_STR 0xD2 /* NV_IOCTL_BASE + 10 */
+#define NV_ESC_SYS_PARAMS 0xD6       /* NV_IOCTL_BASE + 14 */
+#define NV_ESC_RM_FREE 0x29
+#define NV_ESC_RM_CONTROL 0x2A
+#define NV_ESC_RM_ALLOC 0x2B
+
+/* sizeof(nv_ioctl_rm_api_version_t): u32 cmd, u32 reply, char[64]. */
+#define RM_API_VERSION_SIZE 72
+/* sizeof(nv_ioctl_sys_params_t): u64 memblock_size. */
+#define SYS_PARAMS_SIZE 8
+/* sizeof(nv_ioctl_card_info_t) is 72; libcuda passes an array of
+ * NV_MAX_DEVICES (32) of them: 2304 bytes (0x900). */
+#define CARD_INFO_SIZE (72 * 32)
+/* NVOS64 (RM_ALLOC), NVOS54 (RM_CONTROL), NVOS00 (RM_FREE) sizes and the
+ * offset of their status field. They give 0xC030462B, 0xC020462A, 0xC0104629. */
+#define RM_ALLOC_SIZE 48
+#define RM_ALLOC_STATUS_OFF 40
+#define RM_CONTROL_SIZE 32
+#define RM_CONTROL_STATUS_OFF 28
+#define RM_FREE_SIZE 16
+#define RM_FREE_STATUS_OFF 12
+
+/* UVM commands (uvm_ioctl.h, uvm_linux_ioctl.h) with params size / rmStatus offset. */
+#define UVM_INITIALIZE 0x30000001u          /* 16 / 8 */
+#define UVM_CREATE_RANGE_GROUP 0x17u        /* 16 / 8 */
+#define UVM_REGISTER_GPU 0x25u              /* 40 / 36 */
+#define UVM_PAGEABLE_MEM_ACCESS 0x27u       /* 8 / 4 */
+#define UVM_MM_INITIALIZE 0x4bu             /* 8 / 4 */
+
+#define MAX_GPUS 32
+
+enum scenario {
+    SCENARIO_SUCCESS,
+    SCENARIO_REGISTER_GPU_NO_MEMORY,
+    SCENARIO_HANG_REGISTER_GPU,
+    SCENARIO_MISSING_NODE,
+    SCENARIO_INVALID,
+};
+
+/* Per-process state, as real libcuda keeps it. */
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static int init_done;
+static pid_t init_pid;
+static CUresult init_result;
+/* Descriptors kept open after a successful init, as a real driver would. */
+static int ctl_fd = -1;
+static int uvm_fd = -1;
+static int uvm_mm_fd = -1;
+static int gpu_fds[MAX_GPUS];
+static int gpu_fd_count;
+
+static enum scenario read_scenario(void)
+{
+    const char *s = getenv("UVMWATCH_FAKE_SCENARIO");
+    if (s == NULL || *s == '\0' || strcmp(s, "success") == 0)
+        return SCENARIO_SUCCESS;
+    if (strcmp(s, "register_gpu_no_memory") == 0)
+        return SCENARIO_REGISTER_GPU_NO_MEMORY;
+    if (strcmp(s, "hang_register_gpu") == 0)
+        return SCENARIO_HANG_REGISTER_GPU;
+    if (strcmp(s, "missing_node") == 0)
+        return SCENARIO_MISSING_NODE;
+    fprintf(stderr, "fake libcuda: unknown UVMWATCH_FAKE_SCENARIO '%s'\n", s);
+    return SCENARIO_INVALID;
+}
+
+static int read_gpu_count(void)
+{
+    const char *s = getenv("UVMWATCH_FAKE_GPUS");
+    if (s == NULL || *s == '\0')
+        return 1;
+    char *end = NULL;
+    long n = strtol(s, &end, 10);
+    if (end == s || *end != '\0' || n < 0)
+        return 1;
+    return n > MAX_GPUS ? MAX_GPUS : (int)n;
+}
+
+static uint64_t read_uvm_flags(void)
+{
+    const char *s = getenv("UVMWATCH_FAKE_UVM_FLAGS");
+    if (s == NULL || *s == '\0')
+        return 0;
+    return strtoull(s, NULL, 0);
+}
+
+static void put_u32(unsigned char *p, size_t off, uint32_t v)
+{
+    memcpy(p + off, &v, sizeof v);
+}
+
+static void put_u64(unsigned char *p, size_t off, uint64_t v)
+{
+    memcpy(p + off, &v, sizeof v);
+}
+
+static uint32_t get_u32(const unsigned char *p, size_t off)
+{
+    uint32_t v;
+    memcpy(&v, p + off, sizeof v);
+    return v;
+}
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0) {
+        close(*fd);
+        *fd = -1;
+    }
+}
+
+static void close_all(void)
+{
+    close_fd(&uvm_mm_fd);
+    close_fd(&uvm_fd);
+    for (int i = 0; i < gpu_fd_count; i++)
+        close_fd(&gpu_fds[i]);
+    gpu_fd_count = 0;
+    close_fd(&ctl_fd);
+}
+
+/* Reads /proc/driver/nvidia/params like libcuda does; absence is not an error. */
+static void read_driver_params(void)
+{
+    int fd = open("/proc/driver/nvidia/params", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    char buf[4096];
+    while (read(fd, buf, sizeof buf) > 0)
+        ;
+    close(fd);
+}
+
+static int open_node(const char *path)
+{
+    return open(path, O_RDWR | O_CLOEXEC);
+}
+
+/* One ioctl; -1 means the system call itself failed (EINTR included: a
+ * real caller interrupted inside the driver does not retry either). */
+static int do_ioctl(int fd, unsigned long cmd, void *params)
+{
+    return ioctl(fd, cmd, params);
+}
+
+/* An RM ioctl with a zeroed parameter block of `size` bytes; `status_off` is
+ * the offset of the NV_STATUS the driver writes, or -1 if it has none.
+ * Returns CUDA_SUCCESS, or the error cuInit should return. */
+static CUresult rm_ioctl(int fd, unsigned nr, size_t size, long status_off,
+                         void (*fill)(unsigned char *))
+{
+    unsigned char *params = calloc(1, size);
+    if (params == NULL)
+        return CUDA_ERROR_UNKNOWN;
+    if (fill != NULL)
+        fill(params);
+    CUresult result = CUDA_SUCCESS;
+    if (do_ioctl(fd, NV_RM_IOWR(nr, size), params) < 0)
+        result = CUDA_ERROR_UNKNOWN;
+    else if (status_off >= 0 && get_u32(params, (size_t)status_off) != NV_OK)
+        result = CUDA_ERROR_NOT_INITIALIZED;
+    free(params);
+    return result;
+}
+
+static void fill_version(unsigned char *p)
+{
+    /* cmd NV_RM_API_VERSION_CMD_STRICT (0), then the version string at 8. */
+    put_u32(p, 0, 0);
+    memcpy(p + 8, "590.48.01", sizeof "590.48.01");
+}
+
+static void fill_sys_params(unsigned char *p)
+{
+    put_u64(p, 0, 128u << 20); /* memblock_size: 128 MiB */
+}
+
+/* A UVM ioctl: params of `size` bytes, rmStatus (u32) at `status_off`, which
+ * is pre-set to `preset` (what the real driver would write back). */
+static CUresult uvm_ioctl(int fd, unsigned long cmd, unsigned char *params,
+                          size_t status_off, uint32_t preset)
+{
+    put_u32(params, status_off, preset);
+    if (do_ioctl(fd, cmd, params) < 0)
+        return CUDA_ERROR_UNKNOWN;
+    if (get_u32(params, status_off) != NV_OK)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    return CUDA_SUCCESS;
+}
+
+static CUresult run_init_sequence(void)
+{
+    enum scenario sc = read_scenario();
+    if (sc == SCENARIO_INVALID)
+        return CUDA_ERROR_UNKNOWN;
+    int gpus = read_gpu_count();
+    CUresult r;
+
+    read_driver_params();
+
+    ctl_fd = open_node("/dev/nvidiactl");
+    if (ctl_fd < 0)
+        return CUDA_ERROR_UNKNOWN;
+
+    if ((r = rm_ioctl(ctl_fd, NV_ESC_CHECK_VERSION_STR, RM_API_VERSION_SIZE, -1, fill_version)))
+        return r;
+    if ((r = rm_ioctl(ctl_fd, NV_ESC_SYS_PARAMS, SYS_PARAMS_SIZE, -1, fill_sys_params)))
+        return r;
+    if ((r = rm_ioctl(ctl_fd, NV_ESC_CARD_INFO, CARD_INFO_SIZE, -1, NULL)))
+        return r;
+    /* Root client, a control call on it, and the free of a temporary object. */
+    if ((r = rm_ioctl(ctl_fd, NV_ESC_RM_ALLOC, RM_ALLOC_SIZE, RM_ALLOC_STATUS_OFF, NULL)))
+        return r;
+    if ((r = rm_ioctl(ctl_fd, NV_ESC_RM_CONTROL, RM_CONTROL_SIZE, RM_CONTROL_STATUS_OFF, NULL)))
+        return r;
+    if ((r = rm_ioctl(ctl_fd, NV_ESC_RM_FREE, RM_FREE_SIZE, RM_FREE_STATUS_OFF, NULL)))
+        return r;
+
+    if (gpus == 0)
+        return CUDA_ERROR_NO_DEVICE;
+
+    for (int i = 0; i < gpus; i++) {
+        char path[32];
+        snprintf(path, sizeof path, "/dev/nvidia%d", i);
+        int fd = open_node(path);
+        if (fd < 0)
+            return CUDA_ERROR_UNKNOWN;
+        gpu_fds[gpu_fd_count++] = fd;
+    }
+
+    uvm_fd = open_node("/dev/nvidia-uvm");
+    if (uvm_fd < 0)
+        return CUDA_ERROR_UNKNOWN;
+    uvm_mm_fd = open_node("/dev/nvidia-uvm");
+    if (uvm_mm_fd < 0)
+        return CUDA_ERROR_UNKNOWN;
+
+    /* UVM_INITIALIZE_PARAMS: NvU64 flags @0, NV_STATUS rmStatus @8. */
+    unsigned char init_params[16] = {0};
+    put_u64(init_params, 0, read_uvm_flags());
+    if ((r = uvm_ioctl(uvm_fd, UVM_INITIALIZE, init_params, 8, NV_OK)))
+        return r;
+
+    /* UVM_MM_INITIALIZE_PARAMS: NvS32 uvmFd @0, NV_STATUS rmStatus @4. */
+    unsigned char mm_params[8] = {0};
+    put_u32(mm_params, 0, (uint32_t)uvm_fd);
+    if ((r = uvm_ioctl(uvm_mm_fd, UVM_MM_INITIALIZE, mm_params, 4, NV_OK)))
+        return r;
+
+    /* UVM_PAGEABLE_MEM_ACCESS_PARAMS: NvBool pageableMemAccess @0, rmStatus @4. */
+    unsigned char pma_params[8] = {0};
+    if ((r = uvm_ioctl(uvm_fd, UVM_PAGEABLE_MEM_ACCESS, pma_params, 4, NV_OK)))
+        return r;
+
+    /* UVM_REGISTER_GPU_PARAMS: NvProcessorUuid gpu_uuid @0 (16 bytes),
+     * NvBool numaEnabled @16, NvS32 numaNodeId @20, NvS32 rmCtrlFd @24,
+     * NvHandle hClient @28, NvHandle hSmcPartRef @32, NV_STATUS rmStatus @36. */
+    uint32_t register_status =
+        sc == SCENARIO_REGISTER_GPU_NO_MEMORY ? NV_ERR_NO_MEMORY : NV_OK;
+    for (int i = 0; i < gpus; i++) {
+        unsigned char reg_params[40] = {0};
+        memcpy(reg_params, "GPU-fake-uvmw-00", 16);
+        reg_params[15] = (unsigned char)('0' + i % 10);
+        put_u32(reg_params, 20, (uint32_t)-1);
+        put_u32(reg_params, 24, (uint32_t)ctl_fd);
+        put_u32(reg_params, 28, 0xc1d00001u);
+        if ((r = uvm_ioctl(uvm_fd, UVM_REGISTER_GPU, reg_params, 36, register_status)))
+            return r;
+    }
+
+    /* UVM_CREATE_RANGE_GROUP_PARAMS: NvU64 rangeGroupId @0, rmStatus @8. */
+    unsigned char rg_params[16] = {0};
+    if ((r = uvm_ioctl(uvm_fd, UVM_CREATE_RANGE_GROUP, rg_params, 8, NV_OK)))
+        return r;
+
+    return CUDA_SUCCESS;
+}
+
+/* Initializes the fake driver. flags must be 0, as for the real cuInit. */
+CUresult cuInit(unsigned int flags)
+{
+    if (flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+
+    pthread_mutex_lock(&init_lock);
+    CUresult result;
+    if (init_done && init_pid != getpid()) {
+        /* Forked after init without exec: CUDA state is not usable here. */
+        result = CUDA_ERROR_NOT_INITIALIZED;
+    } else if (init_done) {
+        result = init_result;
+    } else {
+        result = run_init_sequence();
+        if (result != CUDA_SUCCESS)
+            close_all();
+        init_done = 1;
+        init_pid = getpid();
+        init_result = result;
+    }
+    pthread_mutex_unlock(&init_lock);
+    return result;
+}
+
+/* Reports the CUDA version the fake driver claims to support (12.9). */
+CUresult cuDriverGetVersion(int *driver_version)
+{
+    if (driver_version == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *driver_version = FAKE_DRIVER_VERSION;
+    return CUDA_SUCCESS;
+}
