@@ -39,6 +39,9 @@ use uvmwatch_common::{
 const NO_PREALLOC: u32 = 1;
 /// `O_CLOEXEC` on x86_64 and aarch64 (`include/uapi/asm-generic/fcntl.h`).
 const O_CLOEXEC: u64 = 0o2000000;
+/// `O_ACCMODE` and `O_RDONLY` (`include/uapi/asm-generic/fcntl.h`).
+const O_ACCMODE: u64 = 0o3;
+const O_RDONLY: u64 = 0;
 /// `F_DUPFD` and `F_DUPFD_CLOEXEC` (`include/uapi/linux/fcntl.h`).
 const F_DUPFD: u64 = 0;
 const F_DUPFD_CLOEXEC: u64 = 1030;
@@ -291,7 +294,9 @@ fn try_openat_enter(ctx: &TracePointContext) -> Option<()> {
     let (kind, minor) = classify_dev_path(&head);
     let mut flags = 0u32;
     if kind == node::NONE {
-        if !basename_is_libcuda(&ev.path, len) {
+        // Libraries are opened read-only by the loader; writes (copies, image extraction)
+        // are not loads.
+        if open_flags & O_ACCMODE != O_RDONLY || !basename_is_libcuda(&ev.path, len) {
             return None;
         }
         flags |= OPEN_LIBCUDA;

@@ -30,7 +30,7 @@ use crate::{
 };
 
 /// The eBPF object (`bpfel-unknown-none`, built by `build.rs` from `agent-ebpf`).
-static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/uvmwatch"));
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/uvmwatch-ebpf"));
 
 /// Settings handed to the kernel side at load time.
 #[derive(Clone, Debug)]

@@ -1,0 +1,698 @@
+//! End-to-end tests: the real agent binary with its real eBPF programs, driven by workloads
+//! that call the test `libcuda.so.1` against FUSE-backed `/dev/nvidia*` nodes in a private
+//! mount namespace. Root only; run single-threaded (`cargo xtask test` does).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{artifacts, metric, Agent};
+use serde_json::Value;
+use uvmwatch_testbed::{
+    FakeDev, FakeDevConfig, IoctlAction, IoctlRule, LibLocation, OpenDenial, Scenario, Workload,
+    WorkloadConfig,
+};
+
+const T: Duration = Duration::from_secs(20);
+
+fn workload(dev: &FakeDev, scenario: Scenario, lib: LibLocation) -> Workload {
+    Workload::spawn(
+        dev,
+        artifacts(),
+        WorkloadConfig {
+            scenario,
+            gpus: 1,
+            wait_ms: 1500,
+            lib_location: lib,
+            fork_child: false,
+            extra_env: vec![],
+        },
+    )
+    .expect("spawn workload")
+}
+
+fn pid_is(v: &Value, pid: u32) -> bool {
+    v["pid"].as_u64() == Some(pid as u64)
+}
+
+/// The cuInit sequence of the test library, as the driver would see it (nvidia-uvm.md).
+const UVM_SEQUENCE: &[&str] = &[
+    "UVM_INITIALIZE",
+    "UVM_MM_INITIALIZE",
+    "UVM_PAGEABLE_MEM_ACCESS",
+    "UVM_REGISTER_GPU",
+    "UVM_CREATE_RANGE_GROUP",
+];
+
+#[test]
+fn success_sequence_is_seen_with_every_ioctl_named_and_timed() {
+    require_env!("success_sequence_is_seen_with_every_ioctl_named_and_timed");
+    let agent = Agent::start(&[]);
+    let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
+    let mut w = workload(&dev, Scenario::Success, LibLocation::PrivateNamespace);
+    let line = w.next_cuinit_line(T).unwrap();
+    assert_eq!(line.rc, 0);
+    let pid = w.pid();
+    let end = agent.expect_event(
+        "cuinit_end",
+        |v| v["event"] == "cuinit_end" && pid_is(v, pid),
+        T,
+    );
+    assert_eq!(end["result"], "CUDA_SUCCESS");
+    assert!(end["duration_seconds"].as_f64().unwrap() > 0.0);
+    // Every driver call inside cuInit was seen and named, on the right node, with a time.
+    let inside: Vec<Value> = agent
+        .events("driver_ioctl")
+        .into_iter()
+        .filter(|v| pid_is(v, pid))
+        .collect();
+    for name in UVM_SEQUENCE {
+        let e = inside
+            .iter()
+            .find(|v| v["ioctl"] == *name)
+            .unwrap_or_else(|| panic!("{name} not reported; log:\n{}", agent.raw_log()));
+        assert_eq!(e["node"], "/dev/nvidia-uvm");
+        assert_eq!(e["result"], "NV_OK");
+        assert!(e["duration_seconds"].as_f64().is_some());
+    }
+    for name in [
+        "NV_ESC_CHECK_VERSION_STR",
+        "NV_ESC_RM_ALLOC",
+        "NV_ESC_RM_CONTROL",
+    ] {
+        assert!(
+            inside
+                .iter()
+                .any(|v| v["ioctl"] == name && v["node"] == "/dev/nvidiactl"),
+            "{name} on nvidiactl not reported"
+        );
+    }
+    assert_eq!(
+        end["driver_calls"].as_u64().unwrap() as usize,
+        inside.len(),
+        "summary count matches the calls seen"
+    );
+    let m = agent.metrics();
+    for name in UVM_SEQUENCE {
+        let n = metric(
+            &m,
+            "uvmwatch_driver_ioctl_calls_total",
+            &[("node", "nvidia-uvm"), ("ioctl", name), ("result", "NV_OK")],
+        );
+        assert!(n.unwrap_or(0.0) >= 1.0, "{name} not counted:\n{m}");
+        let c = metric(
+            &m,
+            "uvmwatch_driver_ioctl_duration_seconds_count",
+            &[("node", "nvidia-uvm"), ("ioctl", name)],
+        );
+        assert!(c.unwrap_or(0.0) >= 1.0, "{name} not timed:\n{m}");
+    }
+    assert_eq!(
+        metric(
+            &m,
+            "uvmwatch_cuinit_calls_total",
+            &[("result", "CUDA_SUCCESS")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&m, "uvmwatch_cuinit_duration_seconds_count", &[]),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "uvmwatch_device_opens_total",
+            &[("node", "nvidia-uvm"), ("result", "success")]
+        ),
+        Some(2.0)
+    );
+    assert_eq!(metric(&m, "uvmwatch_cuinit_in_flight", &[]), Some(0.0));
+    assert!(agent.stop());
+}
+
+#[test]
+fn error_3_is_counted_and_the_failing_rmstatus_decoded() {
+    require_env!("error_3_is_counted_and_the_failing_rmstatus_decoded");
+    let agent = Agent::start(&[]);
+    let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
+    let mut w = workload(
+        &dev,
+        Scenario::RegisterGpuNoMemory,
+        LibLocation::PrivateNamespace,
+    );
+    assert_eq!(w.next_cuinit_line(T).unwrap().rc, 3);
+    let pid = w.pid();
+    let end = agent.expect_event(
+        "cuinit_end",
+        |v| v["event"] == "cuinit_end" && pid_is(v, pid),
+        T,
+    );
+    assert_eq!(end["result"], "CUDA_ERROR_NOT_INITIALIZED");
+    assert_eq!(end["code"], 3);
+    assert_eq!(end["failed_call"], "UVM_REGISTER_GPU on /dev/nvidia-uvm");
+    assert_eq!(end["failed_result"], "NV_ERR_NO_MEMORY");
+    let failed = agent.expect_event(
+        "failed driver_ioctl",
+        |v| v["event"] == "driver_ioctl" && v["level"] == "WARN" && pid_is(v, pid),
+        T,
+    );
+    assert_eq!(failed["ioctl"], "UVM_REGISTER_GPU");
+    assert_eq!(failed["result"], "NV_ERR_NO_MEMORY");
+    let m = agent.metrics();
+    assert_eq!(
+        metric(
+            &m,
+            "uvmwatch_cuinit_calls_total",
+            &[("result", "CUDA_ERROR_NOT_INITIALIZED")]
+        ),
+        Some(1.0),
+        "{m}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "uvmwatch_driver_ioctl_calls_total",
+            &[
+                ("node", "nvidia-uvm"),
+                ("ioctl", "UVM_REGISTER_GPU"),
+                ("result", "NV_ERR_NO_MEMORY")
+            ]
+        ),
+        Some(1.0),
+        "{m}"
+    );
+    assert!(agent.stop());
+}
+
+#[test]
+fn a_hang_in_register_gpu_is_reported_within_threshold_and_cleared_when_it_ends() {
+    require_env!("a_hang_in_register_gpu_is_reported_within_threshold_and_cleared_when_it_ends");
+    let agent = Agent::start(&["--ioctl-stall", "1s", "--cuinit-stall", "2s"]);
+    let cfg = FakeDevConfig {
+        ioctl_rules: vec![IoctlRule::new(0x25, IoctlAction::Hang)],
+        ..FakeDevConfig::default()
+    };
+    let dev = FakeDev::start(artifacts(), cfg).unwrap();
+    let mut w = workload(
+        &dev,
+        Scenario::HangRegisterGpu,
+        LibLocation::PrivateNamespace,
+    );
+    let pid = w.pid();
+
+    let io = agent.expect_event(
+        "ioctl stall",
+        |v| v["event"] == "stall" && v["call"] == "UVM_REGISTER_GPU" && pid_is(v, pid),
+        T,
+    );
+    let delay = io["detect_delay_ms"].as_f64().unwrap();
+    assert!(
+        delay < 250.0,
+        "ioctl stall reported {delay} ms after the threshold"
+    );
+    assert_eq!(io["node"], "/dev/nvidia-uvm");
+    assert_eq!(io["wchan"], "request_wait_answer", "{io}");
+    assert!(
+        io["thread_state"].as_str().unwrap().starts_with('S'),
+        "{io}"
+    );
+    assert!(io["age_seconds"].as_f64().unwrap() >= 1.0);
+    assert_eq!(io["comm"], "cuda-workload");
+
+    let cu = agent.expect_event(
+        "cuInit stall",
+        |v| v["event"] == "stall" && v["call"] == "cuInit" && pid_is(v, pid),
+        T,
+    );
+    let delay = cu["detect_delay_ms"].as_f64().unwrap();
+    assert!(
+        delay < 250.0,
+        "cuInit stall reported {delay} ms after the threshold"
+    );
+    assert_eq!(cu["inside"], "UVM_REGISTER_GPU on /dev/nvidia-uvm");
+    assert!(cu["inside_age_seconds"].as_f64().unwrap() >= 1.0);
+
+    let m = agent.metrics();
+    assert_eq!(
+        metric(&m, "uvmwatch_stalled_calls", &[("call", "cuInit")]),
+        Some(1.0),
+        "{m}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "uvmwatch_stalled_calls",
+            &[("call", "UVM_REGISTER_GPU")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(metric(&m, "uvmwatch_cuinit_in_flight", &[]), Some(1.0));
+    assert_eq!(
+        metric(&m, "uvmwatch_stalls_total", &[("call", "cuInit")]),
+        Some(1.0)
+    );
+
+    dev.release().unwrap();
+    assert_eq!(w.next_cuinit_line(T).unwrap().rc, 0);
+    let e1 = agent.expect_event(
+        "cuInit stall end",
+        |v| v["event"] == "stall_end" && v["call"] == "cuInit" && pid_is(v, pid),
+        T,
+    );
+    assert_eq!(e1["outcome"], "returned");
+    assert_eq!(e1["result"], "CUDA_SUCCESS");
+    assert!(e1["duration_seconds"].as_f64().unwrap() >= 2.0);
+    let e2 = agent.expect_event(
+        "ioctl stall end",
+        |v| v["event"] == "stall_end" && v["call"] == "UVM_REGISTER_GPU" && pid_is(v, pid),
+        T,
+    );
+    assert_eq!(e2["outcome"], "returned");
+    std::thread::sleep(Duration::from_millis(200));
+    let m = agent.metrics();
+    assert_eq!(
+        metric(&m, "uvmwatch_stalled_calls", &[("call", "cuInit")]),
+        Some(0.0),
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "uvmwatch_stalls_total", &[("call", "cuInit")]),
+        Some(1.0)
+    );
+    assert_eq!(metric(&m, "uvmwatch_cuinit_in_flight", &[]), Some(0.0));
+    assert!(agent.stop());
+}
+
+#[test]
+fn a_thread_killed_mid_cuinit_leaves_no_stall() {
+    require_env!("a_thread_killed_mid_cuinit_leaves_no_stall");
+    let agent = Agent::start(&["--ioctl-stall", "1s", "--cuinit-stall", "1s"]);
+    let cfg = FakeDevConfig {
+        ioctl_rules: vec![IoctlRule::new(0x25, IoctlAction::Hang)],
+        ..FakeDevConfig::default()
+    };
+    let dev = FakeDev::start(artifacts(), cfg).unwrap();
+    let mut w = workload(
+        &dev,
+        Scenario::HangRegisterGpu,
+        LibLocation::PrivateNamespace,
+    );
+    let pid = w.pid();
+    agent.expect_event(
+        "cuInit stall",
+        |v| v["event"] == "stall" && v["call"] == "cuInit" && pid_is(v, pid),
+        T,
+    );
+    w.kill().unwrap();
+    let ended = agent.expect_event(
+        "stall end by thread exit",
+        |v| v["event"] == "stall_end" && v["call"] == "cuInit" && pid_is(v, pid),
+        T,
+    );
+    assert_eq!(ended["outcome"], "thread_exited");
+    agent.expect_event(
+        "died_in_call",
+        |v| v["event"] == "died_in_call" && pid_is(v, pid),
+        T,
+    );
+    // Nothing comes back as a phantom stall.
+    std::thread::sleep(Duration::from_millis(1500));
+    let m = agent.metrics();
+    assert_eq!(
+        metric(&m, "uvmwatch_stalled_calls", &[("call", "cuInit")]),
+        Some(0.0),
+        "{m}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "uvmwatch_stalled_calls",
+            &[("call", "UVM_REGISTER_GPU")]
+        )
+        .unwrap_or(0.0),
+        0.0
+    );
+    assert_eq!(metric(&m, "uvmwatch_cuinit_in_flight", &[]), Some(0.0));
+    assert_eq!(
+        metric(
+            &m,
+            "uvmwatch_cuinit_calls_total",
+            &[("result", "thread_exited")]
+        ),
+        Some(1.0)
+    );
+    let stalls = agent
+        .events("stall")
+        .into_iter()
+        .filter(|v| pid_is(v, pid))
+        .count();
+    assert_eq!(stalls, 2, "one cuInit and one ioctl stall, no repeats");
+    assert!(agent.stop());
+}
+
+#[test]
+fn failed_opens_are_counted_by_node_and_errno() {
+    require_env!("failed_opens_are_counted_by_node_and_errno");
+    let agent = Agent::start(&[]);
+    // ENOENT: the node is not in the namespace.
+    let dev = FakeDev::start(
+        artifacts(),
+        FakeDevConfig {
+            omit: vec!["nvidia-uvm".into()],
+            ..FakeDevConfig::default()
+        },
+    )
+    .unwrap();
+    let mut w = workload(&dev, Scenario::MissingNode, LibLocation::PrivateNamespace);
+    assert_eq!(w.next_cuinit_line(T).unwrap().rc, 999);
+    let p1 = w.pid();
+    let e = agent.expect_event(
+        "ENOENT open",
+        |v| v["event"] == "device_open_failed" && pid_is(v, p1),
+        T,
+    );
+    assert_eq!(e["errno"], "ENOENT");
+    assert_eq!(e["node"], "nvidia-uvm");
+    assert_eq!(e["path"], "/dev/nvidia-uvm");
+    assert_eq!(e["in_cuinit"], true);
+    drop(w);
+    drop(dev);
+    // EPERM: the node is there but access is refused.
+    let dev = FakeDev::start(
+        artifacts(),
+        FakeDevConfig {
+            deny: vec![OpenDenial::new("nvidia-uvm", libc::EPERM)],
+            ..FakeDevConfig::default()
+        },
+    )
+    .unwrap();
+    let mut w = workload(&dev, Scenario::MissingNode, LibLocation::PrivateNamespace);
+    assert_eq!(w.next_cuinit_line(T).unwrap().rc, 999);
+    let p2 = w.pid();
+    let e = agent.expect_event(
+        "EPERM open",
+        |v| v["event"] == "device_open_failed" && pid_is(v, p2),
+        T,
+    );
+    assert_eq!(e["errno"], "EPERM");
+    let end = agent.expect_event(
+        "cuinit_end",
+        |v| v["event"] == "cuinit_end" && pid_is(v, p2),
+        T,
+    );
+    assert_eq!(end["result"], "CUDA_ERROR_UNKNOWN");
+    assert_eq!(end["failed_call"], "open /dev/nvidia-uvm");
+    assert_eq!(end["failed_result"], "EPERM");
+    let m = agent.metrics();
+    let opens = |r: &str| {
+        metric(
+            &m,
+            "uvmwatch_device_opens_total",
+            &[("node", "nvidia-uvm"), ("result", r)],
+        )
+    };
+    assert_eq!(opens("ENOENT"), Some(1.0), "{m}");
+    assert_eq!(opens("EPERM"), Some(1.0), "{m}");
+    assert_eq!(
+        metric(
+            &m,
+            "uvmwatch_cuinit_calls_total",
+            &[("result", "CUDA_ERROR_UNKNOWN")]
+        ),
+        Some(2.0)
+    );
+    assert!(agent.stop());
+}
+
+#[test]
+fn a_library_in_another_mount_namespace_is_found_and_probed() {
+    require_env!("a_library_in_another_mount_namespace_is_found_and_probed");
+    assert!(
+        !std::path::Path::new(uvmwatch_testbed::PRIVATE_LIB_DIR).exists(),
+        "the private library path must not exist on the host"
+    );
+    let agent = Agent::start(&[]);
+    let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
+    // Started after the agent: found through the library open the probes saw.
+    let mut w = workload(&dev, Scenario::Success, LibLocation::PrivateNamespace);
+    let pid = w.pid();
+    let att = agent.expect_event(
+        "libcuda_attached",
+        |v| v["event"] == "libcuda_attached" && v["path"] == "/usr/local/nvidia/lib64/libcuda.so.1",
+        T,
+    );
+    assert!(
+        att["host_path"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("/proc/{pid}/root/")),
+        "{att}"
+    );
+    assert_eq!(w.next_cuinit_line(T).unwrap().rc, 0);
+    agent.expect_event(
+        "cuinit_end",
+        |v| v["event"] == "cuinit_end" && pid_is(v, pid),
+        T,
+    );
+    let m = agent.metrics();
+    // Copies of the library opened on the way (by the test harness and `cp`) count too.
+    assert!(
+        metric(&m, "uvmwatch_libcuda_targets", &[]).unwrap_or(0.0) >= 1.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "uvmwatch_probe_attached", &[("probe", "uprobe:cuInit")]),
+        Some(1.0)
+    );
+    assert!(agent.stop());
+}
+
+#[test]
+fn a_workload_running_before_the_agent_is_found_through_its_maps() {
+    require_env!("a_workload_running_before_the_agent_is_found_through_its_maps");
+    let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
+    let mut w = Workload::spawn(
+        &dev,
+        artifacts(),
+        WorkloadConfig {
+            wait_ms: 6000,
+            ..WorkloadConfig::default()
+        },
+    )
+    .unwrap();
+    let pid = w.pid();
+    // Let it load the library before the agent exists.
+    let t0 = Instant::now();
+    while !std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .unwrap_or_default()
+        .contains("libcuda.so.1")
+    {
+        assert!(t0.elapsed() < T, "workload never mapped libcuda");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let agent = Agent::start(&[]);
+    let att = agent.expect_event("libcuda_attached", |v| v["event"] == "libcuda_attached", T);
+    assert!(
+        att["source"].as_str().unwrap().contains("ProcessMaps"),
+        "{att}"
+    );
+    assert_eq!(w.next_cuinit_line(T).unwrap().rc, 0);
+    let end = agent.expect_event(
+        "cuinit_end",
+        |v| v["event"] == "cuinit_end" && pid_is(v, pid),
+        T,
+    );
+    assert_eq!(end["result"], "CUDA_SUCCESS");
+    assert!(agent.stop());
+}
+
+#[test]
+fn fds_follow_fork_dup_close_and_exec() {
+    require_env!("fds_follow_fork_dup_close_and_exec");
+    let agent = Agent::start(&[]);
+    let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
+    let mut a = artifacts().clone();
+    a.workload = common::fixture_binary("fd_tricks");
+    let mut w = Workload::spawn(&dev, &a, WorkloadConfig::default()).unwrap();
+    let out = w.wait_timeout(T).unwrap();
+    assert!(out.status.success(), "fd_tricks failed:\n{}", out.stdout);
+    std::thread::sleep(Duration::from_millis(200));
+    let m = agent.metrics();
+    let n = |ioctl: &str| {
+        metric(
+            &m,
+            "uvmwatch_driver_ioctl_calls_total",
+            &[
+                ("node", "nvidia-uvm"),
+                ("ioctl", ioctl),
+                ("result", "NV_OK"),
+            ],
+        )
+    };
+    assert_eq!(
+        n("UVM_PAGEABLE_MEM_ACCESS"),
+        Some(1.0),
+        "inherited fd:\n{m}\n{}",
+        out.stdout
+    );
+    assert_eq!(n("UVM_CREATE_RANGE_GROUP"), Some(1.0), "dup:\n{m}");
+    assert_eq!(n("UVM_FREE"), Some(1.0), "fcntl(F_DUPFD_CLOEXEC):\n{m}");
+    assert_eq!(n("UVM_DESTROY_RANGE_GROUP"), Some(1.0), "dup2:\n{m}");
+    assert_eq!(
+        n("UVM_SET_RANGE_GROUP"),
+        Some(1.0),
+        "fd kept across exec:\n{m}"
+    );
+    assert!(
+        !m.contains("ioctl=\"UVM_MIGRATE\""),
+        "an ioctl on a closed fd was counted:\n{m}"
+    );
+    assert!(
+        !m.contains("ioctl=\"UVM_MIGRATE_RANGE_GROUP\""),
+        "a close-on-exec fd reused after exec was still tracked:\n{m}"
+    );
+    assert!(agent.stop());
+}
+
+#[test]
+fn fds_opened_before_the_agent_are_learned_from_proc() {
+    require_env!("fds_opened_before_the_agent_are_learned_from_proc");
+    let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
+    let mut a = artifacts().clone();
+    a.workload = common::fixture_binary("fd_tricks");
+    let mut w = Workload::spawn_with_args(&dev, &a, WorkloadConfig::default(), &["--late", "4000"])
+        .unwrap();
+    let pid = w.pid();
+    let t0 = Instant::now();
+    while !std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.flatten().any(|e| {
+                std::fs::read_link(e.path())
+                    .map(|l| l.to_string_lossy().contains("nvidia-uvm"))
+                    .unwrap_or(false)
+            })
+        })
+        .unwrap_or(false)
+    {
+        assert!(t0.elapsed() < T, "fd_tricks never opened the node");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let agent = Agent::start(&[]);
+    agent.expect_event("fds_learned", |v| v["event"] == "fds_learned", T);
+    let out = w.wait_timeout(T).unwrap();
+    assert!(out.status.success(), "{}", out.stdout);
+    std::thread::sleep(Duration::from_millis(200));
+    let m = agent.metrics();
+    assert_eq!(
+        metric(
+            &m,
+            "uvmwatch_driver_ioctl_calls_total",
+            &[("node", "nvidia-uvm"), ("ioctl", "UVM_PAGEABLE_MEM_ACCESS")]
+        ),
+        Some(1.0),
+        "{m}"
+    );
+    assert!(agent.stop());
+}
+
+#[test]
+fn sigterm_leaves_no_program_or_link_attached() {
+    require_env!("sigterm_leaves_no_program_or_link_attached");
+    // The kernel keeps the first 15 bytes of a program's name (BPF_OBJ_NAME_LEN).
+    let ours = |name: &str| {
+        uvmwatch::probes::REGISTRY
+            .iter()
+            .any(|p| &p.program[..p.program.len().min(15)] == name)
+    };
+    let count = || {
+        aya::programs::loaded_programs()
+            .filter_map(|p| p.ok())
+            .filter(|p| p.name_as_str().map(ours).unwrap_or(false))
+            .count()
+    };
+    let before = count();
+    let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
+    let agent = Agent::start(&[]);
+    // Attach the uprobes too.
+    let mut w = workload(&dev, Scenario::Success, LibLocation::PrivateNamespace);
+    agent.expect_event("libcuda_attached", |v| v["event"] == "libcuda_attached", T);
+    assert_eq!(w.next_cuinit_line(T).unwrap().rc, 0);
+    let during = count();
+    assert!(
+        during >= before + 10,
+        "programs loaded: before {before}, during {during}"
+    );
+    let pid = agent.pid();
+    assert!(agent.stop(), "agent exit status");
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+    let after = count();
+    assert_eq!(after, before, "programs left loaded after SIGTERM");
+    // Links hold their program, so no program means no link; check links too where the
+    // kernel lists them.
+    let links = aya::programs::loaded_links()
+        .filter_map(|l| l.ok())
+        .filter(|l| {
+            aya::programs::loaded_programs()
+                .filter_map(|p| p.ok())
+                .any(|p| p.id() == l.program_id() && p.name_as_str().map(ours).unwrap_or(false))
+        })
+        .count();
+    assert_eq!(links, 0);
+}
+
+#[test]
+fn metrics_pass_promtool_and_healthz_answers() {
+    require_env!("metrics_pass_promtool_and_healthz_answers");
+    let Some(promtool) = which("promtool") else {
+        uvmwatch_testbed::skip(
+            "metrics_pass_promtool_and_healthz_answers",
+            "promtool not installed (Debian package prometheus; `cargo xtask setup`)",
+        );
+        return;
+    };
+    let agent = Agent::start(&[]);
+    let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
+    let mut w = workload(
+        &dev,
+        Scenario::RegisterGpuNoMemory,
+        LibLocation::PrivateNamespace,
+    );
+    assert_eq!(w.next_cuinit_line(T).unwrap().rc, 3);
+    std::thread::sleep(Duration::from_millis(200));
+    let (st, body) = agent.get("/healthz");
+    assert_eq!((st, body.trim()), (200, "ok"));
+    let m = agent.metrics();
+    let mut p = std::process::Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    p.stdin.take().unwrap().write_all(m.as_bytes()).unwrap();
+    let out = p.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics failed:\n{}{}\n{m}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (name, _, _) in uvmwatch::metrics::FAMILIES {
+        assert!(
+            m.contains(&format!("# TYPE {name} ")),
+            "{name} missing from /metrics"
+        );
+    }
+    assert!(!m.contains("pid=\""), "no pid labels");
+    assert!(agent.stop());
+}
+
+fn which(name: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| std::path::Path::new(d).join(name))
+        .find(|p| p.exists())
+}
