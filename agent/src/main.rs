@@ -48,6 +48,8 @@ enum Cmd {
         #[arg(long)]
         libcuda: Vec<PathBuf>,
     },
+    /// Print the metrics reference (Markdown) generated from the code.
+    MetricsDoc,
 }
 
 #[derive(clap::Args, Debug)]
@@ -116,6 +118,10 @@ fn main() -> ExitCode {
                 .map(|()| ExitCode::SUCCESS)
         }
         Cmd::Probes { libcuda } => probes_cmd(libcuda),
+        Cmd::MetricsDoc => {
+            print!("{}", uvmwatch::metrics::reference_markdown());
+            Ok(ExitCode::SUCCESS)
+        }
     };
     match r {
         Ok(c) => c,

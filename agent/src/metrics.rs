@@ -75,6 +75,62 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     ("uvmwatch_libcuda_targets", "gauge", "Distinct libcuda files (device, inode) with cuInit probes attached."),
 ];
 
+/// Labels of each family, for the reference page.
+const FAMILY_LABELS: &[(&str, &str)] = &[
+    ("uvmwatch_build_info", "version, kernel"),
+    ("uvmwatch_cuinit_calls_total", "result"),
+    ("uvmwatch_cuinit_duration_seconds", ""),
+    ("uvmwatch_cuinit_in_flight", ""),
+    ("uvmwatch_stalls_total", "call"),
+    ("uvmwatch_stalled_calls", "call"),
+    ("uvmwatch_driver_ioctl_calls_total", "node, ioctl, result"),
+    ("uvmwatch_driver_ioctl_duration_seconds", "node, ioctl"),
+    ("uvmwatch_device_opens_total", "node, result"),
+    ("uvmwatch_events_dropped_total", ""),
+    ("uvmwatch_kernel_map_full_total", "map"),
+    ("uvmwatch_tracked_fds", ""),
+    ("uvmwatch_probe_attached", "probe"),
+    ("uvmwatch_libcuda_targets", ""),
+];
+
+/// The metrics reference (`docs/metrics.md`), generated from [`FAMILIES`] so it cannot drift
+/// (a test compares the file with this text).
+pub fn reference_markdown() -> String {
+    let mut s = String::from(
+        "# Metrics reference\n\n\
+         Generated from `agent/src/metrics.rs` by `uvmwatch metrics-doc`; a test keeps this file \
+         equal to the output. Served on `/metrics` (Prometheus text format 0.0.4).\n\n\
+         Label values are bounded: node names (`nvidiactl`, `nvidia<N>`, `nvidia-uvm`, \
+         `nvidia-uvm-tools`), ioctl names from the driver headers (`unknown` for others), \
+         `NV_STATUS` names from `nvstatuscodes.h`, Linux errno names, `CUresult` names from \
+         `cuda.h`. There are no pid labels.\n\n\
+         | metric | type | labels | meaning |\n|---|---|---|---|\n",
+    );
+    for (name, ty, help) in FAMILIES {
+        let labels = FAMILY_LABELS
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, l)| *l)
+            .unwrap_or("");
+        let labels = if labels.is_empty() {
+            "-".to_string()
+        } else {
+            labels
+                .split(", ")
+                .map(|l| format!("`{l}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        s.push_str(&format!("| `{name}` | {ty} | {labels} | {help} |\n"));
+    }
+    s.push_str(
+        "\nHistogram buckets: `uvmwatch_cuinit_duration_seconds` uses fixed bounds from 1 ms to \
+         600 s; `uvmwatch_driver_ioctl_duration_seconds` exports the kernel's log2 buckets as \
+         bounds 2^(i+1) ns (about 1 µs to 137 s).\n",
+    );
+    s
+}
+
 fn help(name: &str) -> String {
     FAMILIES
         .iter()
@@ -491,6 +547,22 @@ mod tests {
             ioctl_result_label(result::UNREADABLE, 0),
             "PARAMS_UNREADABLE"
         );
+    }
+
+    #[test]
+    fn reference_page_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/metrics.md");
+        let on_disk = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            on_disk == reference_markdown(),
+            "docs/metrics.md is stale: run `cargo run -p uvmwatch -- metrics-doc > docs/metrics.md`"
+        );
+        for (name, _, _) in FAMILIES {
+            assert!(
+                FAMILY_LABELS.iter().any(|(n, _)| n == name),
+                "{name} has no label entry"
+            );
+        }
     }
 
     #[test]
