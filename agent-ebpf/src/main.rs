@@ -29,9 +29,9 @@ use uvmwatch_common::{
     classify_dev_path, counter, hist_bucket, node, result, CmdInfo, CmdKey, Config, CuinitEvent,
     EventHeader, FdInfo, FdKey, InflightCuinit, InflightIoctl, IoctlEvent, IoctlKey, LatencyHist,
     OpenEvent, OpenKey, ProcState, TaskEvent, COMM_LEN, DIED_IN_CUINIT, DIED_IN_IOCTL,
-    EVENT_CUINIT_ENTER, EVENT_CUINIT_EXIT, EVENT_DIED_IN_CALL, EVENT_EXEC, EVENT_FORK,
-    EVENT_IOCTL, EVENT_OPEN, EVENT_PROC_EXIT, FD_CLOEXEC, FD_INHERITED, IOCTL_FAILED,
-    IOCTL_IN_CUINIT, IOCTL_SLOW, OPEN_IN_CUINIT, OPEN_LIBCUDA, OPEN_PATH_TRUNCATED, PATH_LEN,
+    EVENT_CUINIT_ENTER, EVENT_CUINIT_EXIT, EVENT_DIED_IN_CALL, EVENT_EXEC, EVENT_FORK, EVENT_IOCTL,
+    EVENT_OPEN, EVENT_PROC_EXIT, FD_CLOEXEC, FD_INHERITED, IOCTL_FAILED, IOCTL_IN_CUINIT,
+    IOCTL_SLOW, OPEN_IN_CUINIT, OPEN_LIBCUDA, OPEN_PATH_TRUNCATED, PATH_LEN,
 };
 
 /// `BPF_F_NO_PREALLOC`: per-CPU hashes grow with use instead of reserving
@@ -194,8 +194,7 @@ fn resolve_fd(tgid: u32, fd: u32) -> Option<FdInfo> {
         let pstate = *unsafe { PROCS.get(&parent) }?;
         let pk = FdKey { tgid: parent, fd };
         if let Some(e) = unsafe { FDS.get(&pk) } {
-            if e.node == node::NONE || !entry_valid(e, &pstate) || e.opened_ns > child.forked_ns
-            {
+            if e.node == node::NONE || !entry_valid(e, &pstate) || e.opened_ns > child.forked_ns {
                 return None;
             }
             // This process exec'ed since the fork: close-on-exec fds did not survive.
@@ -280,8 +279,7 @@ fn try_openat_enter(ctx: &TracePointContext) -> Option<()> {
     let open_flags: u64 = unsafe { ctx.read_at(32) }.ok()?;
     let ev = SCRATCH_OPEN.get_ptr_mut(0)?;
     let ev = unsafe { &mut *ev };
-    let len = match unsafe { bpf_probe_read_user_str_bytes(filename as *const u8, &mut ev.path) }
-    {
+    let len = match unsafe { bpf_probe_read_user_str_bytes(filename as *const u8, &mut ev.path) } {
         Ok(s) => s.len(),
         Err(_) => return None,
     };

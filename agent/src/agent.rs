@@ -197,13 +197,33 @@ impl Core {
 
     // --- events --------------------------------------------------------------------------------
 
+    /// `uvmwatch_cuinit_in_flight` from the kernel's map, right after a `cuInit` starts or
+    /// ends (the scan also refreshes it).
+    fn refresh_in_flight(&self) {
+        let n = self
+            .kernel()
+            .inflight_cuinit()
+            .map(|v| v.len())
+            .unwrap_or(0);
+        self.metrics.cuinit_in_flight.set(n as i64);
+    }
+
     fn handle(&mut self, ev: Event) {
         match ev {
-            Event::CuinitEnter(e) => self.on_cuinit_enter(&e),
-            Event::CuinitExit(e) => self.on_cuinit_exit(&e),
+            Event::CuinitEnter(e) => {
+                self.on_cuinit_enter(&e);
+                self.refresh_in_flight();
+            }
+            Event::CuinitExit(e) => {
+                self.on_cuinit_exit(&e);
+                self.refresh_in_flight();
+            }
             Event::Ioctl(e) => self.on_ioctl(&e),
             Event::Open(e) => self.on_open(&e),
-            Event::DiedInCall(e) => self.on_died(&e),
+            Event::DiedInCall(e) => {
+                self.on_died(&e);
+                self.refresh_in_flight();
+            }
             Event::Fork(e) => tracing::debug!(
                 event = "fork",
                 pid = e.header.tgid,

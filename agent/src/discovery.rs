@@ -813,7 +813,7 @@ mod tests {
         let bytes = match fs::read("/etc/ld.so.cache") {
             Ok(b) => b,
             Err(err) => {
-                eprintln!("SKIPPED: no /etc/ld.so.cache here ({err})");
+                uvmwatch_testbed::skip("discovery", &format!("no /etc/ld.so.cache here ({err})"));
                 return;
             }
         };
@@ -821,7 +821,7 @@ mod tests {
         let out = match Command::new("ldconfig").arg("-p").output() {
             Ok(out) if out.status.success() => out,
             _ => {
-                eprintln!("SKIPPED: ldconfig -p unavailable");
+                uvmwatch_testbed::skip("discovery", "ldconfig -p unavailable");
                 return;
             }
         };
@@ -1272,11 +1272,14 @@ mod tests {
             .arg(&src)
             .status();
         if !matches!(built, Ok(s) if s.success()) {
-            eprintln!("SKIPPED: cannot build a shared object with cc");
+            uvmwatch_testbed::skip("discovery", "cannot build a shared object with cc");
             return;
         }
         let Some(loader) = spawn_loader(&lib) else {
-            eprintln!("SKIPPED: python3 with ctypes cannot load the fake library");
+            uvmwatch_testbed::skip(
+                "discovery",
+                "python3 with ctypes cannot load the fake library",
+            );
             return;
         };
         let pid = loader.0.id();
@@ -1312,7 +1315,7 @@ mod tests {
         // The driver was "upgraded" under the process: found through map_files (following
         // those links needs CAP_SYS_ADMIN).
         if unsafe { libc::geteuid() } != 0 {
-            eprintln!("SKIPPED (deleted-library part): map_files needs root");
+            uvmwatch_testbed::skip("discovery (deleted-library part)", "map_files needs root");
             return;
         }
         fs::remove_file(&lib).unwrap();

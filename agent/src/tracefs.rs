@@ -201,7 +201,10 @@ mod tests {
     #[test]
     fn reads_this_kernels_format_when_available() {
         let Some(t) = find() else {
-            eprintln!("SKIPPED reads_this_kernels_format_when_available: tracefs not mounted");
+            uvmwatch_testbed::skip(
+                "reads_this_kernels_format_when_available",
+                "tracefs not mounted",
+            );
             return;
         };
         let off = field_offset(&t, "sched", "sched_process_fork", "child_pid").unwrap();

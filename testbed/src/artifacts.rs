@@ -142,7 +142,7 @@ pub fn locate_fakedev() -> Result<PathBuf> {
 /// [`crate::LibLocation::PrivateNamespace`]).
 ///
 /// # Errors
-/// A one-line reason, meant for `println!("SKIPPED: {reason}")`.
+/// A one-line reason, meant for [`crate::skip`].
 pub fn check_environment() -> std::result::Result<(), String> {
     // SAFETY: plain getter.
     if unsafe { libc::geteuid() } != 0 {

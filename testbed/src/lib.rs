@@ -14,14 +14,14 @@
 //! a GPU machine. The host's `/dev` is never touched.
 //!
 //! Everything here needs root, `/dev/fuse`, `unshare` and `mount` (util-linux) and a C
-//! compiler; [`check_environment`] says what is missing so a test can print
-//! `SKIPPED: <reason>` and return.
+//! compiler; [`check_environment`] says what is missing so a test can report it with
+//! [`skip`] and return.
 //!
 //! ```no_run
 //! use uvmwatch_testbed::*;
 //! # fn main() -> anyhow::Result<()> {
 //! if let Err(reason) = check_environment() {
-//!     println!("SKIPPED: {reason}");
+//!     skip("my_test", &reason);
 //!     return Ok(());
 //! }
 //! let out = tempfile::tempdir()?;
@@ -53,3 +53,50 @@ pub use workload::{
     parse_cuinit_lines, spawn_workload, spawn_workload_with_args, CuInitLine, LibLocation,
     Scenario, Workload, WorkloadConfig, WorkloadOutput, PRIVATE_LIB_DIR,
 };
+
+/// Environment variable naming a file that [`skip`] appends its line to. `cargo xtask test`
+/// sets it to a fresh file and counts the lines as skipped tests.
+pub const SKIP_LOG_ENV: &str = "UVMWATCH_SKIP_LOG";
+
+/// Reports that `test` cannot run here and why: prints `SKIPPED {test}: {reason}` to stderr
+/// and, when `$UVMWATCH_SKIP_LOG` names a file, appends the same line to it (errors
+/// ignored). The test then returns early, so cargo counts it as passed; `cargo xtask test`
+/// subtracts the logged ones and reports them as skipped.
+pub fn skip(test: &str, reason: &str) {
+    // One line, whatever the reason holds, so the log stays one skip per line.
+    let line = format!("SKIPPED {test}: {}", reason.replace('\n', " "));
+    eprintln!("{line}");
+    if let Some(path) = std::env::var_os(SKIP_LOG_ENV).filter(|p| !p.is_empty()) {
+        append_line(std::path::Path::new(&path), &line);
+    }
+}
+
+/// Appends `line` and a newline to `path` in one write (so lines of tests running in
+/// parallel do not interleave), creating the file; errors are ignored.
+fn append_line(path: &std::path::Path, line: &str) {
+    use std::io::Write;
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = f.write_all(format!("{line}\n").as_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn skip_lines_are_appended() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("skips.log");
+        super::append_line(&log, "SKIPPED a: needs root");
+        super::append_line(&log, "SKIPPED b: no /dev/fuse");
+        assert_eq!(
+            std::fs::read_to_string(&log).unwrap(),
+            "SKIPPED a: needs root\nSKIPPED b: no /dev/fuse\n"
+        );
+        // A directory that does not exist is not an error.
+        super::append_line(&dir.path().join("no/such/dir"), "SKIPPED c: x");
+    }
+}

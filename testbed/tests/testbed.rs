@@ -1,6 +1,6 @@
 //! End-to-end checks of the test doubles: fake libcuda + cuda-workload + uvmwatch-fakedev in
 //! a private mount namespace. They need root, /dev/fuse, unshare/mount and a C compiler, and
-//! print `SKIPPED: <reason>` and return when something is missing.
+//! report a skip ([`uvmwatch_testbed::skip`]) and return when something is missing.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -10,10 +10,18 @@ use uvmwatch_testbed::*;
 
 const WAIT: Duration = Duration::from_secs(15);
 
+/// Name of the running test: libtest runs each test on a thread named after it.
+fn this_test() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("testbed")
+        .to_string()
+}
+
 /// Builds the doubles, or says why the test is skipped.
 fn setup() -> Option<(tempfile::TempDir, Artifacts)> {
     if let Err(reason) = check_environment() {
-        println!("SKIPPED: {reason}");
+        skip(&this_test(), &reason);
         return None;
     }
     let out = tempfile::tempdir().expect("temp dir");

@@ -1,0 +1,70 @@
+//! `cargo xtask`: the project's tasks, in Rust so they need nothing but cargo.
+//!
+//! - `setup [--check]`: install (or only check) what a fresh Debian 12 machine lacks.
+//! - `test [-- ARGS]`: set-up, build, every test single-threaded, a summary with skips.
+//! - `demo`: set-up, build, run the agent against simulated NVIDIA device nodes.
+//! - `device-check`: build a release agent and a script for a real GPU machine.
+//!
+//! This crate builds with the stable toolchain alone: it must not depend on the agent crate,
+//! whose build script needs the nightly and bpf-linker that `setup` installs.
+
+mod demo;
+mod device_check;
+mod setup;
+mod test;
+mod util;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "cargo xtask", about = "uvmwatch project tasks")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Install what is missing (apt packages, Rust toolchains, bpf-linker); idempotent.
+    Setup {
+        /// Only report what is present and what is missing (exit 1 if something is).
+        #[arg(long)]
+        check: bool,
+    },
+    /// Set up if needed, build, run every test (one at a time) and summarise, skips included.
+    Test {
+        /// Extra `cargo test` arguments after `--`, e.g. `-- -p uvmwatch-testbed hung`
+        /// (a second `--` passes arguments on to the test binaries).
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// Set up if needed, build, and run the agent against simulated NVIDIA device nodes.
+    Demo,
+    /// Build a release agent and `target/device-check/run.sh` for a real GPU machine.
+    DeviceCheck,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Setup { check } => setup::run(check).map(|ok| {
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }),
+        Cmd::Test { args } => test::run(&args),
+        Cmd::Demo => demo::run(),
+        Cmd::DeviceCheck => device_check::run(),
+    };
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! `cargo xtask setup [--check]`: what a fresh Debian 12 machine lacks, installed in order.
+//!
+//! Every step prints one line: `ok: …` when present, `installing: …` before installing,
+//! `missing: …` with `--check`, and `failed: <command>` when an install fails. Versions
+//! match `shared/reference/toolchain.md`, `rust-toolchain.toml` and `agent/build.rs` (unit
+//! tests below compare them).
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{bail, Result};
+
+use crate::util::{describe, is_root, output, run_inherit};
+
+/// Debian packages: LLVM 22 for bpf-linker, a C toolchain for the test doubles, util-linux
+/// for `unshare`/`mount`, `prometheus` for `promtool check metrics`, and curl.
+pub const APT_PACKAGES: &[&str] = &[
+    "llvm-22-dev",
+    "libpolly-22-dev",
+    "libzstd-dev",
+    "zlib1g-dev",
+    "gcc",
+    "libc6-dev",
+    "util-linux",
+    "mount",
+    "prometheus",
+    "curl",
+];
+
+/// The user-space toolchain (`rust-toolchain.toml`).
+pub const STABLE: &str = "1.95.0";
+/// Components the stable toolchain needs.
+pub const STABLE_COMPONENTS: &[&str] = &["rustfmt", "clippy"];
+/// The toolchain that builds the eBPF crate (`agent/build.rs`).
+pub const NIGHTLY: &str = "nightly-2026-05-20";
+/// Components the nightly needs.
+pub const NIGHTLY_COMPONENTS: &[&str] = &["rust-src"];
+/// bpf-linker release that matches LLVM 22.
+pub const BPF_LINKER_VERSION: &str = "0.13.0";
+/// Where Debian's `llvm-22-dev` lives (bpf-linker's build looks in /usr without it).
+pub const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
+/// `dpkg`'s policy hook: while it exits 101, package scripts start no services.
+const POLICY_RC_D: &str = "/usr/sbin/policy-rc.d";
+
+/// Runs every step. With `check_only`, installs nothing. Returns whether everything needed
+/// is present (after installing, when not `check_only`).
+///
+/// # Errors
+/// An install command failed, or installing needs root and this is not root.
+pub fn run(check_only: bool) -> Result<bool> {
+    let mut all = true;
+    all &= apt(check_only)?;
+    all &= toolchain(STABLE, STABLE_COMPONENTS, check_only)?;
+    all &= toolchain(NIGHTLY, NIGHTLY_COMPONENTS, check_only)?;
+    all &= bpf_linker(check_only)?;
+    tracefs();
+    if check_only && !all {
+        println!("setup: something is missing; `cargo xtask setup` installs it");
+    }
+    Ok(all)
+}
+
+/// Runs the set-up and fails unless everything is present afterwards (for `test`, `demo`,
+/// `device-check`).
+///
+/// # Errors
+/// As [`run`].
+pub fn ensure() -> Result<()> {
+    if !run(false)? {
+        bail!("set-up incomplete (see above)");
+    }
+    Ok(())
+}
+
+fn dpkg_installed(pkg: &str) -> Option<bool> {
+    let out = output("dpkg-query", ["-W", "-f=${Status}", pkg])?;
+    Some(out.status.success() && String::from_utf8_lossy(&out.stdout).ends_with(" installed"))
+}
+
+fn apt(check_only: bool) -> Result<bool> {
+    let mut missing = Vec::new();
+    for pkg in APT_PACKAGES {
+        match dpkg_installed(pkg) {
+            Some(true) => {}
+            Some(false) => missing.push(*pkg),
+            None => {
+                println!(
+                    "warn: no dpkg-query (not Debian-like?); make sure these are installed: {}",
+                    APT_PACKAGES.join(" ")
+                );
+                return Ok(true);
+            }
+        }
+    }
+    if missing.is_empty() {
+        println!("ok: apt packages ({})", APT_PACKAGES.join(" "));
+        return Ok(true);
+    }
+    let list = missing.join(" ");
+    if check_only {
+        println!("missing: apt packages ({list})");
+        return Ok(false);
+    }
+    if !is_root() {
+        println!(
+            "failed: apt packages missing ({list}); installing them needs root: run `cargo xtask \
+             setup` as root, or `apt-get install -y --no-install-recommends {list}`"
+        );
+        bail!("apt packages missing and not root");
+    }
+    println!("installing: apt packages ({list})");
+    // Keep package scripts from starting daemons (the prometheus package would start a
+    // server on :9090): the usual container hook, only while we install.
+    let placed_policy = !Path::new(POLICY_RC_D).exists()
+        && std::fs::write(
+            POLICY_RC_D,
+            "#!/bin/sh\n# placed by cargo xtask setup\nexit 101\n",
+        )
+        .is_ok();
+    if placed_policy {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(POLICY_RC_D, std::fs::Permissions::from_mode(0o755));
+    }
+    let result = (|| {
+        run_inherit(
+            Command::new("apt-get")
+                .args(["update"])
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )?;
+        run_inherit(
+            Command::new("apt-get")
+                .args(["install", "-y", "--no-install-recommends"])
+                .args(&missing)
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )
+    })();
+    if placed_policy {
+        let _ = std::fs::remove_file(POLICY_RC_D);
+    }
+    result?;
+    Ok(true)
+}
+
+fn installed_toolchains() -> Option<Vec<String>> {
+    let out = output("rustup", ["toolchain", "list"])?;
+    Some(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().next().map(String::from))
+            .collect(),
+    )
+}
+
+/// Whether `rustup toolchain list` shows `name` (listed with its host triple).
+fn has_toolchain(list: &[String], name: &str) -> bool {
+    list.iter().any(|t| {
+        t == name
+            || (t.starts_with(&format!("{name}-"))
+                && !t[name.len() + 1..].starts_with(|c: char| c.is_ascii_digit()))
+    })
+}
+
+fn missing_components(toolchain: &str, wanted: &[&str]) -> Vec<String> {
+    let installed: Vec<String> = output(
+        "rustup",
+        ["component", "list", "--toolchain", toolchain, "--installed"],
+    )
+    .map(|o| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(|l| l.trim().to_string())
+            .collect()
+    })
+    .unwrap_or_default();
+    wanted
+        .iter()
+        .filter(|c| {
+            !installed
+                .iter()
+                .any(|i| i == *c || i.starts_with(&format!("{c}-")))
+        })
+        .map(|c| c.to_string())
+        .collect()
+}
+
+fn toolchain(name: &str, components: &[&str], check_only: bool) -> Result<bool> {
+    let what = format!("rust toolchain {name} (with {})", components.join(", "));
+    let Some(list) = installed_toolchains() else {
+        if check_only {
+            println!("missing: {what}: rustup not found (https://rustup.rs)");
+            return Ok(false);
+        }
+        println!(
+            "failed: rustup not found; install it from https://rustup.rs, then run this again"
+        );
+        bail!("rustup not found");
+    };
+    let present = has_toolchain(&list, name);
+    let missing = if present {
+        missing_components(name, components)
+    } else {
+        components.iter().map(|c| c.to_string()).collect()
+    };
+    if present && missing.is_empty() {
+        println!("ok: {what}");
+        return Ok(true);
+    }
+    if check_only {
+        if present {
+            println!("missing: {what}: components {}", missing.join(", "));
+        } else {
+            println!("missing: {what}");
+        }
+        return Ok(false);
+    }
+    let mut cmd = Command::new("rustup");
+    if present {
+        println!("installing: {what}: components {}", missing.join(", "));
+        cmd.args(["component", "add", "--toolchain", name])
+            .args(&missing);
+    } else {
+        println!("installing: {what}");
+        cmd.args(["toolchain", "install", name, "--profile", "minimal"]);
+        for c in components {
+            cmd.args(["--component", c]);
+        }
+    }
+    run_inherit(&mut cmd)?;
+    Ok(true)
+}
+
+fn bpf_linker_version() -> Option<String> {
+    let out = output("bpf-linker", ["--version"])?;
+    Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn bpf_linker(check_only: bool) -> Result<bool> {
+    let what = format!("bpf-linker {BPF_LINKER_VERSION} (LLVM 22)");
+    let found = bpf_linker_version();
+    if found
+        .as_deref()
+        .is_some_and(|v| v.contains(BPF_LINKER_VERSION))
+    {
+        println!("ok: {what}");
+        return Ok(true);
+    }
+    let had = found.map(|v| format!(" (found {v})")).unwrap_or_default();
+    if check_only {
+        println!("missing: {what}{had}");
+        return Ok(false);
+    }
+    let mut cmd = Command::new("cargo");
+    cmd.env("LLVM_PREFIX", LLVM_PREFIX).args([
+        "install",
+        "bpf-linker",
+        "--version",
+        BPF_LINKER_VERSION,
+        "--locked",
+        "--no-default-features",
+        "--features",
+        "llvm-22",
+    ]);
+    if had.is_empty() {
+        println!("installing: {what}, a few minutes: {}", describe(&cmd));
+    } else {
+        cmd.arg("--force");
+        println!("installing: {what}{had}, a few minutes: {}", describe(&cmd));
+    }
+    run_inherit(&mut cmd)?;
+    Ok(true)
+}
+
+fn tracefs() {
+    match std::fs::metadata("/sys/kernel/tracing/events") {
+        Ok(m) if m.is_dir() => println!("ok: tracefs mounted (/sys/kernel/tracing)"),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => println!(
+            "note: tracefs: cannot look at /sys/kernel/tracing as this user (the agent runs as \
+             root and mounts it itself when needed)"
+        ),
+        _ => println!(
+            "note: tracefs is not mounted at /sys/kernel/tracing; the agent mounts it itself \
+             when it starts as root"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toolchain_names_match() {
+        let list: Vec<String> = [
+            "stable-x86_64-unknown-linux-gnu",
+            "nightly-x86_64-unknown-linux-gnu",
+            "nightly-2026-05-20-x86_64-unknown-linux-gnu",
+            "1.95.0-x86_64-unknown-linux-gnu",
+        ]
+        .map(String::from)
+        .into();
+        assert!(has_toolchain(&list, "1.95.0"));
+        assert!(has_toolchain(&list, "nightly-2026-05-20"));
+        assert!(!has_toolchain(&list, "1.95"));
+        assert!(!has_toolchain(&list, "nightly-2026-05-21"));
+        // `nightly-…-x86_64…` must not count as plain `nightly` of another date and back.
+        let only_nightly: Vec<String> = vec!["nightly-x86_64-unknown-linux-gnu".into()];
+        assert!(!has_toolchain(&only_nightly, "nightly-2026-05-20"));
+        let only_dated: Vec<String> = vec!["nightly-2026-05-20-x86_64-unknown-linux-gnu".into()];
+        assert!(!has_toolchain(&only_dated, "nightly"));
+    }
+
+    #[test]
+    fn versions_match_the_pins() {
+        let root = crate::util::workspace_root();
+        let toolchain_toml = std::fs::read_to_string(root.join("rust-toolchain.toml")).unwrap();
+        assert!(
+            toolchain_toml.contains(&format!("channel = \"{STABLE}\"")),
+            "rust-toolchain.toml and xtask disagree on the stable toolchain"
+        );
+        for c in STABLE_COMPONENTS {
+            assert!(toolchain_toml.contains(&format!("\"{c}\"")));
+        }
+        let build_rs = std::fs::read_to_string(root.join("agent/build.rs")).unwrap();
+        assert!(
+            build_rs.contains(&format!("\"{NIGHTLY}\"")),
+            "agent/build.rs and xtask disagree on the eBPF nightly"
+        );
+    }
+}
