@@ -7,6 +7,7 @@
 
 pub mod agent;
 pub mod discovery;
+pub mod doctor;
 pub mod events;
 pub mod http;
 pub mod kernel;

@@ -1,0 +1,241 @@
+//! Typed evidence for the diagnosis rules, each fact with where it came from.
+//!
+//! Collectors (`collect.rs`) fill an [`Evidence`] from the live system or from a snapshot
+//! directory; rules (`rules.rs`) read it together with what the probes saw
+//! ([`Observations`]) and return findings. A source that is missing or malformed is a fact
+//! too: [`Fact::value`] is then `Err(Unavailable)` with the reason, never a panic.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Why a fact could not be read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unavailable {
+    /// Human reason, e.g. "not readable: No such file or directory (os error 2)".
+    pub why: String,
+}
+
+/// One fact and its source.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Fact<T> {
+    /// The value, or why it is unknown.
+    pub value: Result<T, Unavailable>,
+    /// Where it came from: a path (`/proc/driver/nvidia/version`) or a command
+    /// (`nvidia-smi -q`), as seen on the machine diagnosed (not the snapshot path).
+    pub source: String,
+}
+
+impl<T> Fact<T> {
+    /// A known value from `source`.
+    pub fn ok(value: T, source: impl Into<String>) -> Self {
+        Fact {
+            value: Ok(value),
+            source: source.into(),
+        }
+    }
+
+    /// An unknown value from `source`, with the reason.
+    pub fn unavailable(why: impl Into<String>, source: impl Into<String>) -> Self {
+        Fact {
+            value: Err(Unavailable { why: why.into() }),
+            source: source.into(),
+        }
+    }
+
+    /// The value, if known.
+    pub fn get(&self) -> Option<&T> {
+        self.value.as_ref().ok()
+    }
+}
+
+/// `/proc/driver/nvidia/version`, first line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriverInfo {
+    /// e.g. `590.48.01`.
+    pub version: String,
+    /// true for "NVIDIA UNIX Open Kernel Module", false for the proprietary module.
+    pub open_module: bool,
+    /// The line as read.
+    pub line: String,
+}
+
+/// One `/dev/nvidia*` node as found.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DevNode {
+    /// Path, e.g. `/dev/nvidia-uvm`.
+    pub path: String,
+    /// `(major, minor)` when it is a character device; `None` for other file types.
+    pub dev: Option<(u32, u32)>,
+    /// Result of `open(O_RDWR)` by the collector: `None` = not tried (snapshot),
+    /// `Some(Ok(()))` = opened, `Some(Err(errno name))` = refused.
+    pub open: Option<Result<(), String>>,
+}
+
+/// Where the diagnosed process (or the doctor itself) runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerInfo {
+    /// `host`, `docker`, `containerd`, `cri-o`, `podman`, `lxc`, `kubernetes` (a pod, any
+    /// runtime), `container` (unknown runtime).
+    pub kind: String,
+    /// Container id or LXC name when known.
+    pub id: Option<String>,
+    /// Kubernetes pod UID from the cgroup path, when present.
+    pub pod_uid: Option<String>,
+    /// cgroup v1 `devices.list` lines when readable (`c 195:* rwm`, ...); `None` on cgroup v2
+    /// (the device policy is an eBPF program there and cannot be read from inside).
+    pub device_allow: Option<Vec<String>>,
+}
+
+/// Kernel identity.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelInfo {
+    /// `uname -r`, e.g. `6.8.0-45-generic`.
+    pub release: String,
+    /// `(major, minor)` parsed from the release.
+    pub version: (u32, u32),
+}
+
+/// What `nvidia-smi -q` says (only the fields the rules use).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SmiInfo {
+    /// Number of `GPU 0000:...` sections.
+    pub gpus: u32,
+    /// `Addressing Mode` of each GPU (`HMM`, `ATS`, `None`), in order.
+    pub addressing_mode: Vec<String>,
+    /// `Persistence Mode` of each GPU (`Enabled`/`Disabled`).
+    pub persistence_mode: Vec<String>,
+    /// `Compute Mode` of each GPU (`Default`, `Exclusive_Process`, `Prohibited`).
+    pub compute_mode: Vec<String>,
+    /// `MIG Mode / Current` of each GPU (`Enabled`/`Disabled`/`N/A`).
+    pub mig_mode: Vec<String>,
+    /// `Fabric / State` of each GPU (`Completed`, `In Progress`, `Not Started`, `N/A`).
+    pub fabric_state: Vec<String>,
+    /// `Product Brand` of each GPU (`NVIDIA`, `GeForce`, `Tesla`, ...).
+    pub product_brand: Vec<String>,
+    /// `Driver Version` line.
+    pub driver_version: Option<String>,
+}
+
+/// Lines of interest from the kernel log, with their text.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelLog {
+    /// Every line starting with `NVRM:` or containing `nvidia-uvm:` / `nvidia:` (last 200).
+    pub nvidia_lines: Vec<String>,
+    /// Xid numbers seen (`NVRM: Xid (PCI:...): 79, ...`), in order.
+    pub xids: Vec<u32>,
+    /// An `API mismatch` line (user-space / kernel module version differ).
+    pub api_mismatch: Option<String>,
+    /// `RmInitAdapter failed` / `rm_init_adapter failed` lines.
+    pub adapter_init_failed: Vec<String>,
+    /// Soft lockup, RCU stall, hung task, oops, BUG or WARN lines whose report names an
+    /// nvidia symbol (`uvm_`, `nv_`, `_nv0`, `nvidia`).
+    pub driver_hangs: Vec<String>,
+    /// `request_free_mem_region() err` lines from `uvm_debug_prints` (HMM set-up failure).
+    pub hmm_errors: Vec<String>,
+    /// A resume from suspend logged after `nvidia-uvm` was loaded.
+    pub resumed_after_uvm_load: bool,
+}
+
+/// `libcuda` a CUDA process has mapped.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MappedLibcuda {
+    /// Process id.
+    pub pid: u32,
+    /// Process name.
+    pub comm: String,
+    /// Path inside the process's mount namespace.
+    pub path: String,
+    /// Version from the file name the path resolves to (`libcuda.so.590.48.01`), if any.
+    pub version: Option<String>,
+    /// The path is under a `compat/` directory (CUDA forward compatibility package).
+    pub compat: bool,
+}
+
+/// Everything the collectors read.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// `/proc/driver/nvidia/version`.
+    pub driver: Fact<DriverInfo>,
+    /// `/proc/driver/nvidia/params` as `key -> value`.
+    pub driver_params: Fact<BTreeMap<String, String>>,
+    /// `/sys/module/nvidia_uvm/parameters/*` as `name -> value` (`uvm_disable_hmm` -> `N`).
+    pub uvm_params: Fact<BTreeMap<String, String>>,
+    /// Module names from `/proc/modules` that start with `nvidia`.
+    pub modules: Fact<Vec<String>>,
+    /// Character majors by name from `/proc/devices` (`nvidia-uvm` -> 508,
+    /// `nvidia-frontend` -> 195, ...), nvidia entries only.
+    pub devices: Fact<BTreeMap<String, u32>>,
+    /// `/dev/nvidia*` nodes (not `/dev/nvidia-caps/`).
+    pub dev_nodes: Fact<Vec<DevNode>>,
+    /// `/dev/nvidia-nvswitch*` nodes (NVSwitch systems).
+    pub nvswitch_nodes: Fact<Vec<String>>,
+    /// Container / LXC / Kubernetes detection (from `/proc/1/cgroup`, `/proc/self/cgroup`,
+    /// `/.dockerenv`, `/run/.containerenv`, environment files).
+    pub container: Fact<ContainerInfo>,
+    /// `/proc/sys/kernel/osrelease`.
+    pub kernel: Fact<KernelInfo>,
+    /// `CONFIG_*` values from `/proc/config.gz` or `/boot/config-<release>` (only
+    /// `CONFIG_HMM_MIRROR`, `CONFIG_DEVICE_PRIVATE`, `CONFIG_RANDOMIZE_BASE`,
+    /// `CONFIG_RANDOMIZE_MEMORY`, `CONFIG_KPROBES`, `CONFIG_ZONE_DEVICE`).
+    pub kernel_config: Fact<BTreeMap<String, String>>,
+    /// `/proc/cmdline`.
+    pub cmdline: Fact<String>,
+    /// `/proc/iomem` lines naming `nvidia-uvm-hmm` (root only; addresses are zero otherwise).
+    pub iomem_hmm: Fact<Vec<String>>,
+    /// `nvidia-smi -q`.
+    pub smi: Fact<SmiInfo>,
+    /// `/dev/kmsg` (or `dmesg`).
+    pub kernel_log: Fact<KernelLog>,
+    /// Names of running processes of interest that were found (`nv-fabricmanager`,
+    /// `nvidia-persistenced`).
+    pub daemons: Fact<Vec<String>>,
+    /// libcuda mapped by each process that has one mapped.
+    pub libcuda: Fact<Vec<MappedLibcuda>>,
+}
+
+/// A driver call the probes saw.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SeenCall {
+    /// Ioctl name (`UVM_REGISTER_GPU`) or hex number.
+    pub call: String,
+    /// Device node path.
+    pub node: String,
+    /// Result label (`NV_ERR_NO_MEMORY`, `EAGAIN`, ...); empty while in flight.
+    pub result: String,
+    /// Seconds in the call (so far, when in flight).
+    pub seconds: f64,
+}
+
+/// What the probes saw for one process (empty for a plain `uvmwatch doctor`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Observations {
+    /// Process id, when about one process.
+    pub pid: Option<u32>,
+    /// `cuInit` return code, when it returned.
+    pub cuinit_result: Option<i64>,
+    /// Seconds `cuInit` took (returned) or has been running (in flight).
+    pub cuinit_seconds: Option<f64>,
+    /// `cuInit` is still running (a hang or stall).
+    pub cuinit_in_flight: bool,
+    /// Driver call the thread is inside now, for an in-flight `cuInit` or stalled ioctl.
+    pub stuck_in: Option<SeenCall>,
+    /// `wchan` and state of the stuck thread (`/proc`), e.g. `uvm_...` / `D (disk sleep)`.
+    pub stuck_wchan: Option<String>,
+    /// State of the stuck thread.
+    pub stuck_state: Option<String>,
+    /// Kernel stack of the stuck thread when readable.
+    pub stuck_stack: Vec<String>,
+    /// Last failed driver call (non-zero `rmStatus` or errno) seen in this `cuInit`.
+    pub failed_call: Option<SeenCall>,
+    /// Failed opens of NVIDIA nodes: (node path, errno name).
+    pub failed_opens: Vec<(String, String)>,
+    /// Successful opens of NVIDIA nodes inside this `cuInit`.
+    pub device_opens: u32,
+    /// The process was forked (without exec) from a process that had already run `cuInit`.
+    pub forked_after_parent_init: bool,
+    /// Kernel-side signals (kprobes), e.g. `request_free_mem_region = -34 (ERANGE)`.
+    pub kernel_signals: Vec<String>,
+    /// Probes that were not available, with why (a rule then lists what it could not see).
+    pub unavailable_probes: Vec<String>,
+}

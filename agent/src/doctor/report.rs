@@ -1,0 +1,439 @@
+//! Output of `uvmwatch doctor`: a short text report, a JSON document and the exit code.
+//!
+//! The JSON schema and the exit codes are documented in `docs/doctor.md`; change them only
+//! together with [`SCHEMA_VERSION`] and that document.
+
+use std::fmt::Write as _;
+
+use serde_json::{json, Value};
+
+use super::facts::{Evidence, Fact, Observations};
+use super::finding::{Confidence, Finding, Severity, Where};
+use super::rules::no_driver;
+
+/// Version of the JSON document [`render_json`] returns. Bumped on any change that is not a
+/// pure addition of a field.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Exit code: no finding, or informational findings only.
+pub const EXIT_HEALTHY: u8 = 0;
+/// Exit code: the worst finding is a warning.
+pub const EXIT_WARNING: u8 = 1;
+/// Exit code: at least one critical finding (CUDA cannot start or hangs).
+pub const EXIT_CRITICAL: u8 = 2;
+/// Exit code: the doctor could not run (bad arguments, unreadable snapshot or bundle). Set by
+/// the command line, never by [`exit_code`].
+pub const EXIT_COULD_NOT_RUN: u8 = 3;
+
+/// The exit code for these findings: [`EXIT_HEALTHY`] (none, or info only),
+/// [`EXIT_WARNING`], or [`EXIT_CRITICAL`], after the worst severity. The same levels as the
+/// Nagios plugin convention (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).
+pub fn exit_code(findings: &[Finding]) -> u8 {
+    match worst(findings) {
+        None | Some(Severity::Info) => EXIT_HEALTHY,
+        Some(Severity::Warning) => EXIT_WARNING,
+        Some(Severity::Critical) => EXIT_CRITICAL,
+    }
+}
+
+/// The `status` of the JSON document: `healthy` (no findings), `no_driver` (no findings and
+/// no NVIDIA driver at all), or the worst severity: `info`, `warning`, `critical`.
+pub fn status(findings: &[Finding], evidence: &Evidence) -> &'static str {
+    match worst(findings) {
+        Some(s) => s.as_str(),
+        None if no_driver(evidence).is_some() => "no_driver",
+        None => "healthy",
+    }
+}
+
+fn worst(findings: &[Finding]) -> Option<Severity> {
+    findings.iter().map(|f| f.severity).max()
+}
+
+/// The JSON document of one diagnosis (schema in `docs/doctor.md`, version
+/// [`SCHEMA_VERSION`]). `observations` is all defaults for a plain `doctor` (nothing probed).
+pub fn render_json(
+    findings: &[Finding],
+    evidence: &Evidence,
+    observations: &Observations,
+) -> Value {
+    let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
+    json!({
+        "schema_version": SCHEMA_VERSION,
+        "status": status(findings, evidence),
+        "exit_code": exit_code(findings),
+        "counts": {
+            "critical": count(Severity::Critical),
+            "warning": count(Severity::Warning),
+            "info": count(Severity::Info),
+        },
+        "findings": to_value(findings),
+        "evidence": to_value(evidence),
+        "observations": to_value(observations),
+    })
+}
+
+/// Serializes one of the doctor types; they hold only strings, numbers, maps with string
+/// keys and sequences, so this cannot fail, but a failure would still not panic.
+fn to_value<T: serde::Serialize + ?Sized>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or_else(|e| json!({ "serialization_error": e.to_string() }))
+}
+
+/// ANSI styling, or none.
+struct Paint {
+    color: bool,
+}
+
+impl Paint {
+    fn wrap(&self, code: &str, s: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    }
+    fn severity(&self, s: Severity) -> String {
+        let code = match s {
+            Severity::Critical => "1;31",
+            Severity::Warning => "1;33",
+            Severity::Info => "1;36",
+        };
+        self.wrap(code, &s.as_str().to_ascii_uppercase())
+    }
+    fn bold(&self, s: &str) -> String {
+        self.wrap("1", s)
+    }
+    fn dim(&self, s: &str) -> String {
+        self.wrap("2", s)
+    }
+}
+
+fn where_tag(w: Where) -> &'static str {
+    match w {
+        Where::Host => "[host]",
+        Where::Container => "[container]",
+        Where::Any => "[any]",
+    }
+}
+
+/// The text report: worst finding first, one block per finding (severity, title,
+/// confidence; evidence with sources; what could not be checked; fix steps tagged
+/// `[host]`/`[container]`/`[any]`; runbook). With no finding: one "healthy" line (or "no
+/// NVIDIA driver present"), the driver seen, and what could not be checked. `color` adds ANSI
+/// colors (for a terminal).
+pub fn render_text(findings: &[Finding], evidence: &Evidence, color: bool) -> String {
+    let p = Paint { color };
+    let mut out = String::new();
+    if findings.is_empty() {
+        render_healthy(&mut out, evidence, &p);
+        return out;
+    }
+    let mut counts = Vec::new();
+    for s in [Severity::Critical, Severity::Warning, Severity::Info] {
+        let n = findings.iter().filter(|f| f.severity == s).count();
+        if n > 0 {
+            counts.push(format!("{n} {}", s.as_str()));
+        }
+    }
+    let _ = writeln!(out, "uvmwatch doctor: {} (worst first)", counts.join(", "));
+    for f in findings {
+        out.push('\n');
+        render_finding(&mut out, f, &p);
+    }
+    out
+}
+
+fn render_finding(out: &mut String, f: &Finding, p: &Paint) {
+    let conf = match f.confidence {
+        Confidence::High => "high",
+        Confidence::Medium => "medium",
+        Confidence::Low => "low",
+    };
+    let _ = writeln!(
+        out,
+        "{} {}: {} (confidence: {conf})",
+        p.severity(f.severity),
+        p.bold(&f.rule),
+        f.title
+    );
+    if !f.evidence.is_empty() {
+        let _ = writeln!(out, "  evidence:");
+        let width = f
+            .evidence
+            .iter()
+            .map(|i| i.what.chars().count())
+            .max()
+            .unwrap_or(0)
+            .min(28);
+        for i in &f.evidence {
+            let _ = writeln!(
+                out,
+                "    {:<width$}  {}  {}",
+                i.what,
+                i.value,
+                p.dim(&format!("[{}]", i.source))
+            );
+        }
+    }
+    if !f.unchecked.is_empty() {
+        let _ = writeln!(out, "  could not check:");
+        for u in &f.unchecked {
+            let _ = writeln!(out, "    - {u}");
+        }
+    }
+    if !f.fix.is_empty() {
+        let _ = writeln!(out, "  fix:");
+        for (n, s) in f.fix.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "    {}. {} {}",
+                n + 1,
+                p.bold(where_tag(s.where_)),
+                s.note
+            );
+            for c in &s.commands {
+                let _ = writeln!(out, "         $ {c}");
+            }
+        }
+    }
+    let _ = writeln!(out, "  runbook: {}", f.runbook);
+}
+
+fn render_healthy(out: &mut String, e: &Evidence, p: &Paint) {
+    if let Some(why) = no_driver(e) {
+        let _ = writeln!(
+            out,
+            "uvmwatch doctor: {} ({why}): nothing to diagnose on this machine.",
+            p.bold("no NVIDIA driver present")
+        );
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "uvmwatch doctor: {}: no known cause of a CUDA init failure or hang found.",
+        p.wrap("1;32", "healthy")
+    );
+    if let Some(d) = e.driver.get() {
+        let flavor = if d.open_module { "open" } else { "proprietary" };
+        let _ = writeln!(
+            out,
+            "  driver: {} ({flavor} kernel module)  {}",
+            d.version,
+            p.dim(&format!("[{}]", e.driver.source))
+        );
+    }
+    let missing = unavailable_facts(e);
+    if !missing.is_empty() {
+        let _ = writeln!(out, "  could not check:");
+        for m in missing {
+            let _ = writeln!(out, "    - {m}");
+        }
+    }
+}
+
+/// Every fact that could not be read, as "what: why (source)".
+fn unavailable_facts(e: &Evidence) -> Vec<String> {
+    fn one<T>(out: &mut Vec<String>, f: &Fact<T>, what: &str) {
+        if let Err(u) = &f.value {
+            out.push(format!("{what}: {} ({})", u.why, f.source));
+        }
+    }
+    let mut out = Vec::new();
+    one(&mut out, &e.driver, "driver version");
+    one(&mut out, &e.driver_params, "driver parameters");
+    one(&mut out, &e.uvm_params, "nvidia_uvm parameters");
+    one(&mut out, &e.modules, "loaded modules");
+    one(&mut out, &e.devices, "device majors");
+    one(&mut out, &e.dev_nodes, "device nodes");
+    one(&mut out, &e.nvswitch_nodes, "NVSwitch nodes");
+    one(&mut out, &e.container, "container");
+    one(&mut out, &e.kernel, "kernel version");
+    one(&mut out, &e.kernel_config, "kernel config");
+    one(&mut out, &e.cmdline, "kernel command line");
+    one(&mut out, &e.iomem_hmm, "HMM memory regions");
+    one(&mut out, &e.smi, "nvidia-smi");
+    one(&mut out, &e.kernel_log, "kernel log");
+    one(&mut out, &e.daemons, "daemons");
+    one(&mut out, &e.libcuda, "mapped libcuda");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::facts::{Fact, Observations};
+    use super::super::finding::Confidence;
+    use super::super::rules::diagnose;
+    use super::super::rules::fixtures::*;
+    use super::*;
+
+    fn incident() -> Observations {
+        process().cuinit(3, 0.412).opens(4).failed_call(
+            "UVM_REGISTER_GPU",
+            "/dev/nvidia-uvm",
+            "NV_ERR_NO_MEMORY",
+        )
+    }
+
+    #[test]
+    fn text_of_the_motivating_case() {
+        let e = motivating_host();
+        let findings = diagnose(&e, &incident());
+        let text = render_text(&findings, &e, false);
+        assert!(!text.contains('\x1b'), "{text}");
+        assert!(
+            text.starts_with("uvmwatch doctor: 1 critical (worst first)\n"),
+            "{text}"
+        );
+        for needle in [
+            "CRITICAL hmm_setup_failure: nvidia_uvm HMM set-up failed: UVM_REGISTER_GPU returned NV_ERR_NO_MEMORY",
+            "(confidence: high)",
+            "[probe:ioctl]",
+            "[/sys/module/nvidia_uvm/parameters]",
+            "could not check:",
+            "request_free_mem_region",
+            "1. [host] Disable HMM in nvidia_uvm",
+            "$ echo 'options nvidia_uvm uvm_disable_hmm=1' | sudo tee /etc/modprobe.d/uvmwatch-disable-hmm.conf",
+            "$ sudo modprobe -r nvidia_uvm && sudo modprobe nvidia_uvm",
+            "[any] Verify",
+            "runbook: docs/runbooks/hmm_setup_failure.md",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+        let colored = render_text(&findings, &e, true);
+        assert!(colored.contains("\x1b[1;31mCRITICAL\x1b[0m"), "{colored}");
+    }
+
+    #[test]
+    fn text_worst_first() {
+        let e = motivating_host().container("lxc", Some(&["c 195:* rwm"]));
+        let findings = diagnose(&e, &Observations::default());
+        let text = render_text(&findings, &e, false);
+        assert!(
+            text.starts_with("uvmwatch doctor: 1 critical, 1 warning"),
+            "{text}"
+        );
+        let crit = text
+            .find("CRITICAL device_permission")
+            .expect("critical block");
+        let warn = text
+            .find("WARNING hmm_setup_failure")
+            .expect("warning block");
+        assert!(crit < warn);
+    }
+
+    #[test]
+    fn text_when_healthy_or_no_driver() {
+        let e = healthy_open_host().with(|e| {
+            e.kernel_log = Fact::unavailable("Operation not permitted (os error 1)", "/dev/kmsg")
+        });
+        let text = render_text(&[], &e, false);
+        assert!(text.starts_with("uvmwatch doctor: healthy:"), "{text}");
+        assert!(
+            text.contains("driver: 590.48.01 (open kernel module)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kernel log: Operation not permitted (os error 1) (/dev/kmsg)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("HMM memory regions: addresses hidden"),
+            "{text}"
+        );
+
+        let text = render_text(&[], &no_driver_host(), false);
+        assert_eq!(
+            text,
+            "uvmwatch doctor: no NVIDIA driver present (/proc/driver/nvidia/version: not \
+             readable: No such file or directory (os error 2)): nothing to diagnose on this \
+             machine.\n"
+        );
+    }
+
+    #[test]
+    fn json_document() {
+        let e = motivating_host();
+        let o = incident();
+        let findings = diagnose(&e, &o);
+        let v = render_json(&findings, &e, &o);
+        assert_eq!(v["schema_version"], 1);
+        assert_eq!(v["status"], "critical");
+        assert_eq!(v["exit_code"], 2);
+        assert_eq!(v["counts"], json!({"critical": 1, "warning": 0, "info": 0}));
+        let f = &v["findings"][0];
+        assert_eq!(f["rule"], "hmm_setup_failure");
+        assert_eq!(f["severity"], "critical");
+        assert_eq!(f["confidence"], "high");
+        assert_eq!(f["runbook"], "docs/runbooks/hmm_setup_failure.md");
+        assert_eq!(f["fix"][0]["where"], "host");
+        assert!(f["fix"][0]["commands"][0]
+            .as_str()
+            .unwrap()
+            .contains("uvm_disable_hmm=1"));
+        assert_eq!(f["evidence"][0]["source"], "probe:ioctl");
+        assert!(f["unchecked"].as_array().is_some_and(|u| !u.is_empty()));
+        assert_eq!(
+            v["evidence"]["driver"]["value"]["Ok"]["version"],
+            "590.48.01"
+        );
+        assert_eq!(
+            v["evidence"]["driver"]["source"],
+            "/proc/driver/nvidia/version"
+        );
+        assert_eq!(
+            v["evidence"]["iomem_hmm"]["value"]["Err"]["why"],
+            "addresses hidden: needs root"
+        );
+        assert_eq!(v["observations"]["cuinit_result"], 3);
+        assert_eq!(
+            v["observations"]["failed_call"]["result"],
+            "NV_ERR_NO_MEMORY"
+        );
+        // The document reads back into the same types.
+        let back: Vec<Finding> = serde_json::from_value(v["findings"].clone()).unwrap();
+        assert_eq!(back, findings);
+        let back: Evidence = serde_json::from_value(v["evidence"].clone()).unwrap();
+        assert_eq!(back, e);
+    }
+
+    #[test]
+    fn json_status_without_findings() {
+        let o = Observations::default();
+        let v = render_json(&[], &no_driver_host(), &o);
+        assert_eq!(
+            (v["status"].as_str(), v["exit_code"].as_u64()),
+            (Some("no_driver"), Some(0))
+        );
+        let v = render_json(&[], &healthy_open_host(), &o);
+        assert_eq!(v["status"], "healthy");
+        assert_eq!(v["findings"], json!([]));
+        assert_eq!(v["observations"]["pid"], Value::Null);
+    }
+
+    #[test]
+    fn exit_codes() {
+        let e = motivating_host();
+        let f = |sev: Severity| Finding {
+            rule: "slow_init".into(),
+            title: "t".into(),
+            severity: sev,
+            confidence: Confidence::Low,
+            evidence: vec![],
+            unchecked: vec![],
+            fix: vec![],
+            runbook: "docs/runbooks/slow_init.md".into(),
+        };
+        assert_eq!(exit_code(&[]), EXIT_HEALTHY);
+        assert_eq!(exit_code(&[f(Severity::Info)]), EXIT_HEALTHY);
+        assert_eq!(
+            exit_code(&[f(Severity::Info), f(Severity::Warning)]),
+            EXIT_WARNING
+        );
+        assert_eq!(
+            exit_code(&[f(Severity::Warning), f(Severity::Critical)]),
+            EXIT_CRITICAL
+        );
+        assert_eq!(status(&[f(Severity::Info)], &e), "info");
+        assert_ne!(EXIT_COULD_NOT_RUN, EXIT_CRITICAL);
+    }
+}
