@@ -676,16 +676,28 @@ fn try_cuinit_enter(ctx: &ProbeContext) -> Option<()> {
         bump(counter::INFLIGHT_FULL);
     }
     // Tracks the process so fork inheritance and exit clean-up apply from the first call.
-    ensure_proc(tgid, now);
+    let p = ensure_proc(tgid, now);
     let ev = CuinitEvent {
         header: header(EVENT_CUINIT_ENTER, tgid, tid, now),
         start_ns: now,
         ret: 0,
         flags,
         entry_seen: 1,
+        forked_from: p.map(forked_from).unwrap_or(0),
+        _pad: 0,
     };
     emit(&ev);
     Some(())
+}
+
+/// The parent a process was forked from, while it has not exec'ed since the fork.
+#[inline(always)]
+fn forked_from(p: ProcState) -> u32 {
+    if p.parent_tgid != 0 && p.exec_gen == p.proc_gen {
+        p.parent_tgid
+    } else {
+        0
+    }
 }
 
 /// Uretprobe on `cuInit`: the `CUresult` it returned.
@@ -705,12 +717,17 @@ fn try_cuinit_exit(ctx: &RetProbeContext) -> Option<()> {
         None => (now, 0, 0),
     };
     let _ = INFLIGHT_CUINIT.remove(&tid);
+    let parent = unsafe { PROCS.get(&tgid) }
+        .map(|p| forked_from(*p))
+        .unwrap_or(0);
     let ev = CuinitEvent {
         header: header(EVENT_CUINIT_EXIT, tgid, tid, now),
         start_ns: start,
         ret: ret as i64,
         flags,
         entry_seen: seen,
+        forked_from: parent,
+        _pad: 0,
     };
     emit(&ev);
     Some(())

@@ -6,7 +6,7 @@
 //! the kernel's aggregates on scrape.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     net::SocketAddr,
     path::{Path, PathBuf},
     sync::{
@@ -29,6 +29,13 @@ use uvmwatch_common::{
 
 use crate::{
     discovery::{self, Discovery, LibTarget},
+    doctor::{
+        collect,
+        facts::{Evidence, Observations, SeenCall},
+        finding::{Finding, Severity, Where},
+        root::Root,
+        rules,
+    },
     events::{self, cstr, Event},
     http,
     kernel::{self, Kernel, KernelSettings},
@@ -54,6 +61,13 @@ pub struct RunConfig {
     pub proc_scan: bool,
     /// `/proc` (a different root only in tests).
     pub proc_root: PathBuf,
+    /// Read the diagnosis facts from this snapshot (directory or bundle) instead of the
+    /// live system (`--evidence-root`; for replaying a machine's state and for tests).
+    pub evidence_root: Option<PathBuf>,
+    /// How long a finding from an incident stays active in `uvmwatch_diagnosis`.
+    pub diagnosis_ttl: Duration,
+    /// How often the diagnosis facts are read again.
+    pub evidence_refresh: Duration,
 }
 
 /// Per-thread record of a `cuInit` in progress, for the summary logged when it ends.
@@ -64,6 +78,12 @@ struct CuinitCall {
     opens: u32,
     /// Last failed driver call inside this cuInit: (what, result).
     last_failure: Option<(String, String)>,
+    /// The same, for the diagnosis rules.
+    failed_call: Option<SeenCall>,
+    /// Failed device opens inside this cuInit: (path, errno name).
+    failed_opens: Vec<(String, String)>,
+    /// Parent this process was forked from without exec (0: none).
+    forked_from: u32,
 }
 
 /// The event-handling state.
@@ -74,6 +94,14 @@ struct Core {
     discovery: Discovery,
     detector: StallDetector,
     cuinit: HashMap<u32, CuinitCall>,
+    /// Facts for the diagnosis rules (refreshed in the background).
+    evidence: Evidence,
+    /// Findings from the evidence alone, re-evaluated when it changes.
+    static_findings: Vec<Finding>,
+    /// Findings from incidents (stalls, failures): (rule, severity) -> expiry (monotonic ns).
+    incident_findings: HashMap<(String, Severity), u64>,
+    /// Processes whose cuInit returned 0 (for fork-after-init).
+    initialized: HashSet<u32>,
 }
 
 fn comm(e: &uvmwatch_common::EventHeader) -> String {
@@ -254,6 +282,7 @@ impl Core {
             h.tid,
             CuinitCall {
                 tgid: h.tgid,
+                forked_from: e.forked_from,
                 ..Default::default()
             },
         );
@@ -321,6 +350,19 @@ impl Core {
                 "cuInit returned"
             );
         } else {
+            let obs = Observations {
+                pid: Some(h.tgid),
+                cuinit_result: Some(e.ret),
+                cuinit_seconds: Some(secs),
+                failed_call: call.failed_call.clone(),
+                failed_opens: call.failed_opens.clone(),
+                device_opens: call.opens,
+                forked_after_parent_init: e.forked_from != 0
+                    && self.initialized.contains(&e.forked_from),
+                ..Observations::default()
+            };
+            let findings = self.diagnose(&obs);
+            let d = DiagnosisFields::of(&findings);
             tracing::error!(
                 event = "cuinit_end",
                 pid = h.tgid,
@@ -333,8 +375,16 @@ impl Core {
                 device_opens = call.opens,
                 failed_call = %fail_call,
                 failed_result = %fail_result,
+                diagnosis = %d.rules,
+                diagnosis_title = %d.title,
+                diagnosis_fix = %d.fix,
+                runbook = %d.runbook,
                 "cuInit failed"
             );
+            self.log_findings(&findings, h.tgid, "cuinit_end");
+        }
+        if e.ret == 0 {
+            self.initialized.insert(h.tgid);
         }
     }
 
@@ -353,6 +403,12 @@ impl Core {
                 c.ioctls += 1;
                 if e.flags & IOCTL_FAILED != 0 {
                     c.last_failure = Some((format!("{name} on {node_path}"), res.clone()));
+                    c.failed_call = Some(SeenCall {
+                        call: name.clone(),
+                        node: node_path.clone(),
+                        result: res.clone(),
+                        seconds: secs,
+                    });
                 }
             }
         }
@@ -438,8 +494,9 @@ impl Core {
             if let Some(c) = self.cuinit.get_mut(&h.tid) {
                 c.opens += 1;
                 if e.ret < 0 {
-                    c.last_failure =
-                        Some((format!("open {path}"), nvidia::errno_name((-e.ret) as u32)));
+                    let errno = nvidia::errno_name((-e.ret) as u32);
+                    c.last_failure = Some((format!("open {path}"), errno.clone()));
+                    c.failed_opens.push((path.clone(), errno));
                 }
             }
         }
@@ -449,7 +506,18 @@ impl Core {
                 .ok()
                 .and_then(|t| t.container_id)
                 .unwrap_or_default();
+            let obs = Observations {
+                pid: Some(h.tgid),
+                failed_opens: vec![(path.clone(), errno.clone())],
+                ..Observations::default()
+            };
+            let findings = self.diagnose(&obs);
+            let d = DiagnosisFields::of(&findings);
             tracing::warn!(
+                diagnosis = %d.rules,
+                diagnosis_title = %d.title,
+                diagnosis_fix = %d.fix,
+                runbook = %d.runbook,
                 event = "device_open_failed",
                 pid = h.tgid,
                 tid = h.tid,
@@ -461,6 +529,7 @@ impl Core {
                 in_cuinit = e.flags & OPEN_IN_CUINIT != 0,
                 "NVIDIA device open failed"
             );
+            self.log_findings(&findings, h.tgid, "device_open_failed");
         } else {
             tracing::debug!(event = "device_open", pid = h.tgid, path = %path, fd = e.ret, "NVIDIA device opened");
         }
@@ -604,7 +673,7 @@ impl Core {
         }
     }
 
-    fn report_stall(&self, c: &InFlight, snap: &[InFlight], now: u64) {
+    fn report_stall(&mut self, c: &InFlight, snap: &[InFlight], now: u64) {
         let age = now.saturating_sub(c.key.start_ns);
         let threshold = self.detector.threshold_ns(c.key.kind);
         let late_ms = age.saturating_sub(threshold) as f64 / 1e6;
@@ -649,7 +718,55 @@ impl Core {
             CallKind::Cuinit => "cuInit",
             CallKind::Ioctl => "driver ioctl",
         };
+        // What the probes saw for this thread, for the diagnosis rules.
+        let stuck = match c.key.kind {
+            CallKind::Ioctl => Some((c.call.clone(), age)),
+            CallKind::Cuinit => inner.map(|i| (i.call.clone(), now.saturating_sub(i.key.start_ns))),
+        };
+        let in_cuinit = c.key.kind == CallKind::Cuinit
+            || snap
+                .iter()
+                .any(|o| o.key.kind == CallKind::Cuinit && o.key.tid == c.key.tid);
+        let cu_age = snap
+            .iter()
+            .find(|o| o.key.kind == CallKind::Cuinit && o.key.tid == c.key.tid)
+            .map(|o| now.saturating_sub(o.key.start_ns) as f64 / 1e9);
+        let call_state = self.cuinit.get(&c.key.tid);
+        let obs = Observations {
+            pid: Some(c.tgid),
+            cuinit_in_flight: in_cuinit,
+            cuinit_seconds: cu_age,
+            stuck_in: stuck.map(|(call, ns)| SeenCall {
+                call,
+                node: node.clone(),
+                result: String::new(),
+                seconds: ns as f64 / 1e9,
+            }),
+            stuck_wchan: info.as_ref().and_then(|t| t.wchan.clone()),
+            stuck_state: info
+                .as_ref()
+                .map(|t| format!("{} ({})", t.state, t.state_name)),
+            stuck_stack: info
+                .as_ref()
+                .and_then(|t| t.kernel_stack.clone())
+                .unwrap_or_default(),
+            failed_call: call_state.and_then(|s| s.failed_call.clone()),
+            failed_opens: call_state
+                .map(|s| s.failed_opens.clone())
+                .unwrap_or_default(),
+            device_opens: call_state.map(|s| s.opens).unwrap_or(0),
+            forked_after_parent_init: call_state
+                .map(|s| s.forked_from != 0 && self.initialized.contains(&s.forked_from))
+                .unwrap_or(false),
+            ..Observations::default()
+        };
+        let findings = self.diagnose(&obs);
+        let d = DiagnosisFields::of(&findings);
         tracing::error!(
+            diagnosis = %d.rules,
+            diagnosis_title = %d.title,
+            diagnosis_fix = %d.fix,
+            runbook = %d.runbook,
             event = "stall",
             call = %c.call,
             kind = what,
@@ -669,6 +786,110 @@ impl Core {
             kernel_stack = %stack,
             "call stalled"
         );
+        self.log_findings(&findings, c.tgid, "stall");
+    }
+
+    // --- diagnosis -----------------------------------------------------------------------------
+
+    /// Runs the rules on the current evidence and `obs`, and marks the findings active in
+    /// `uvmwatch_diagnosis` for the configured time.
+    fn diagnose(&mut self, obs: &Observations) -> Vec<Finding> {
+        let findings = rules::diagnose(&self.evidence, obs);
+        let until = kernel::monotonic_ns() + self.cfg.diagnosis_ttl.as_nanos() as u64;
+        for f in &findings {
+            self.incident_findings
+                .insert((f.rule.clone(), f.severity), until);
+        }
+        if !findings.is_empty() {
+            self.update_diagnosis_gauge();
+        }
+        findings
+    }
+
+    /// One `event="diagnosis"` record per finding, with its evidence and fix in full.
+    fn log_findings(&self, findings: &[Finding], pid: u32, trigger: &str) {
+        for f in findings {
+            let evidence: Vec<String> = f
+                .evidence
+                .iter()
+                .map(|e| format!("{}={} [{}]", e.what, e.value, e.source))
+                .collect();
+            let fix: Vec<String> = f.fix.iter().map(fix_line).collect();
+            tracing::warn!(
+                event = "diagnosis",
+                trigger,
+                pid,
+                rule = %f.rule,
+                severity = f.severity.as_str(),
+                confidence = ?f.confidence,
+                title = %f.title,
+                evidence = %evidence.join("; "),
+                unchecked = %f.unchecked.join("; "),
+                fix = %fix.join(" | "),
+                runbook = %f.runbook,
+                "diagnosis"
+            );
+        }
+    }
+
+    /// Re-evaluates the rules on the evidence alone (no process observed).
+    fn evaluate_static(&mut self) {
+        self.static_findings = rules::diagnose(&self.evidence, &Observations::default());
+        for f in &self.static_findings {
+            tracing::info!(
+                event = "diagnosis",
+                trigger = "evidence",
+                rule = %f.rule,
+                severity = f.severity.as_str(),
+                title = %f.title,
+                runbook = %f.runbook,
+                "finding from the host's state"
+            );
+        }
+        self.update_diagnosis_gauge();
+    }
+
+    /// Takes new evidence from the background reader; re-evaluates when it changed.
+    fn new_evidence(&mut self, e: Evidence) {
+        if e != self.evidence {
+            self.evidence = e;
+            tracing::debug!(event = "evidence_changed", "diagnosis facts changed");
+            self.evaluate_static();
+        }
+    }
+
+    /// `uvmwatch_diagnosis{rule,severity}`: 1 for static findings and unexpired incident
+    /// findings, 0 for those that expired (so an alert sees them resolve).
+    fn update_diagnosis_gauge(&mut self) {
+        let now = kernel::monotonic_ns();
+        let mut expired = Vec::new();
+        for (k, until) in &self.incident_findings {
+            if *until <= now {
+                expired.push(k.clone());
+            }
+        }
+        for k in &expired {
+            self.incident_findings.remove(k);
+        }
+        let mut active: HashSet<(String, Severity)> =
+            self.incident_findings.keys().cloned().collect();
+        for f in &self.static_findings {
+            active.insert((f.rule.clone(), f.severity));
+        }
+        for (rule, sev) in &expired {
+            if !active.contains(&(rule.clone(), *sev)) {
+                self.metrics
+                    .diagnosis
+                    .with_label_values(&[rule.as_str(), sev.as_str()])
+                    .set(0);
+            }
+        }
+        for (rule, sev) in &active {
+            self.metrics
+                .diagnosis
+                .with_label_values(&[rule.as_str(), sev.as_str()])
+                .set(1);
+        }
     }
 
     fn sweep(&mut self) {
@@ -679,6 +900,50 @@ impl Core {
             .unwrap_or(0);
         if removed > 0 {
             tracing::debug!(event = "sweep", removed, "stale fd entries removed");
+        }
+    }
+}
+
+/// A fix step as one line: `[host] cmd; cmd (note)`.
+fn fix_line(step: &crate::doctor::finding::FixStep) -> String {
+    let w = match step.where_ {
+        Where::Host => "host",
+        Where::Container => "container",
+        Where::Any => "any",
+    };
+    if step.commands.is_empty() {
+        format!("[{w}] {}", step.note)
+    } else {
+        format!("[{w}] {}", step.commands.join("; "))
+    }
+}
+
+/// The diagnosis summary fields added to a stall / failure record.
+struct DiagnosisFields {
+    /// Rule ids, worst first, comma separated (empty when none).
+    rules: String,
+    /// Title of the worst finding.
+    title: String,
+    /// Fix steps of the worst finding.
+    fix: String,
+    /// Runbook of the worst finding.
+    runbook: String,
+}
+
+impl DiagnosisFields {
+    fn of(findings: &[Finding]) -> Self {
+        let worst = findings.first();
+        DiagnosisFields {
+            rules: findings
+                .iter()
+                .map(|f| f.rule.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+            title: worst.map(|f| f.title.clone()).unwrap_or_default(),
+            fix: worst
+                .map(|f| f.fix.iter().map(fix_line).collect::<Vec<_>>().join(" | "))
+                .unwrap_or_default(),
+            runbook: worst.map(|f| f.runbook.clone()).unwrap_or_default(),
         }
     }
 }
@@ -724,6 +989,31 @@ pub async fn run(cfg: RunConfig) -> Result<()> {
         metrics.user_drops.clone(),
     )?))?;
 
+    // The agent observes: it never opens GPU nodes itself to collect evidence.
+    crate::doctor::root::set_live_opens(false);
+    let (_evidence_tmp, evidence_root) = match &cfg.evidence_root {
+        Some(p) => {
+            let (tmp, r) = crate::doctor::bundle::open_bundle(p)
+                .with_context(|| format!("--evidence-root {}", p.display()))?;
+            (tmp, r)
+        }
+        None => (None, Root::Live),
+    };
+    let evidence = collect::collect(&evidence_root);
+    let (ev_tx, mut ev_rx) = tokio::sync::mpsc::unbounded_channel::<Evidence>();
+    {
+        let root = evidence_root.clone();
+        let every = cfg.evidence_refresh;
+        std::thread::Builder::new()
+            .name("uvmwatch-evidence".into())
+            .spawn(move || loop {
+                std::thread::sleep(every);
+                if ev_tx.send(collect::collect(&root)).is_err() {
+                    break;
+                }
+            })
+            .context("starting the evidence reader")?;
+    }
     let mut core = Core {
         cfg: cfg.clone(),
         kernel: kernel.clone(),
@@ -731,7 +1021,12 @@ pub async fn run(cfg: RunConfig) -> Result<()> {
         discovery: Discovery::new(),
         detector: StallDetector::new(cfg.cuinit_stall, cfg.ioctl_stall),
         cuinit: HashMap::new(),
+        evidence,
+        static_findings: Vec::new(),
+        incident_findings: HashMap::new(),
+        initialized: HashSet::new(),
     };
+    core.evaluate_static();
     core.update_stalled_gauges();
     core.discover_initial();
     core.seed_fds();
@@ -780,7 +1075,11 @@ pub async fn run(cfg: RunConfig) -> Result<()> {
                 core.scan();
                 heartbeat.store(kernel::monotonic_ns(), Ordering::Relaxed);
             }
-            _ = sweep.tick() => core.sweep(),
+            _ = sweep.tick() => {
+                core.sweep();
+                core.update_diagnosis_gauge();
+            }
+            Some(e) = ev_rx.recv() => core.new_evidence(e),
             _ = sigterm.recv() => break "SIGTERM",
             _ = sigint.recv() => break "SIGINT",
         }

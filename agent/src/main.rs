@@ -48,8 +48,49 @@ enum Cmd {
         #[arg(long)]
         libcuda: Vec<PathBuf>,
     },
+    /// Diagnose why CUDA initialisation fails or hangs on this machine (or a snapshot).
+    Doctor(DoctorArgs),
     /// Print the metrics reference (Markdown) generated from the code.
     MetricsDoc,
+    /// Internal: dlopen LIB and call cuInit(0) (used by `doctor --probe`).
+    #[command(name = "__cuinit-child", hide = true)]
+    CuinitChild { lib: PathBuf },
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum ReportFormat {
+    Text,
+    Json,
+}
+
+#[derive(clap::Args, Debug)]
+struct DoctorArgs {
+    /// Diagnose a snapshot instead of this machine: a bundle (.tar.gz) or a directory laid
+    /// out like the diagnosed machine's file system.
+    #[arg(long, value_name = "DIR|FILE")]
+    root: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+    format: ReportFormat,
+    /// Same as --format json.
+    #[arg(long)]
+    json: bool,
+    /// Also save what was read into this bundle (.tar.gz) to re-run elsewhere with --root.
+    #[arg(long, value_name = "FILE")]
+    bundle: Option<PathBuf>,
+    /// Also run one real cuInit under the probes (root) and diagnose what they saw. With
+    /// --root the facts come from the snapshot and the probes still watch this machine.
+    #[arg(long)]
+    probe: bool,
+    /// How long the probed cuInit may take before it counts as hung.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    probe_timeout: Duration,
+    /// libcuda to call with --probe (default: the host's, from the ld cache).
+    #[arg(long)]
+    libcuda: Vec<PathBuf>,
+    /// No colour in the text report.
+    #[arg(long)]
+    no_color: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -72,6 +113,17 @@ struct RunArgs {
     /// Do not scan running processes' memory maps for libcuda at start.
     #[arg(long)]
     no_proc_scan: bool,
+    /// Read the diagnosis facts from this snapshot (directory or bundle from `doctor
+    /// --bundle`) instead of this machine; the probes still watch this machine.
+    #[arg(long, value_name = "DIR|FILE")]
+    evidence_root: Option<PathBuf>,
+    /// How long a finding from a stall or failure stays active in uvmwatch_diagnosis.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    diagnosis_ttl: Duration,
+    /// How often the diagnosis facts (driver, module parameters, kernel log, nvidia-smi, ...)
+    /// are read again.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    evidence_refresh: Duration,
 }
 
 fn init_logging(format: LogFormat, level: &str) {
@@ -108,6 +160,9 @@ fn main() -> ExitCode {
                 libcuda: a.libcuda,
                 proc_scan: !a.no_proc_scan,
                 proc_root: PathBuf::from("/proc"),
+                evidence_root: a.evidence_root,
+                diagnosis_ttl: a.diagnosis_ttl,
+                evidence_refresh: a.evidence_refresh,
             };
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -118,6 +173,8 @@ fn main() -> ExitCode {
                 .map(|()| ExitCode::SUCCESS)
         }
         Cmd::Probes { libcuda } => probes_cmd(libcuda),
+        Cmd::Doctor(a) => doctor_cmd(a),
+        Cmd::CuinitChild { lib } => Ok(ExitCode::from(uvmwatch::doctor::probe::cuinit_child(&lib))),
         Cmd::MetricsDoc => {
             print!("{}", uvmwatch::metrics::reference_markdown());
             Ok(ExitCode::SUCCESS)
@@ -129,6 +186,57 @@ fn main() -> ExitCode {
             tracing::error!(error = %format!("{e:#}"), "uvmwatch failed");
             eprintln!("uvmwatch: {e:#}");
             ExitCode::from(2)
+        }
+    }
+}
+
+/// `uvmwatch doctor`: collect, diagnose, report. Exit codes: 0 healthy, 1 warning,
+/// 2 critical, 3 could not run (docs/doctor.md).
+fn doctor_cmd(a: DoctorArgs) -> anyhow::Result<ExitCode> {
+    use std::io::IsTerminal;
+    use uvmwatch::doctor::{bundle, collect, probe, report, root::Recorder, root::Root, rules};
+    let json = a.json || a.format == ReportFormat::Json;
+    let run = || -> anyhow::Result<(Vec<_>, _, _)> {
+        let recorder = Recorder::new();
+        let (_tmp, root) = match &a.root {
+            Some(p) => bundle::open_bundle(p)?,
+            None => (None, Root::Live),
+        };
+        let root = if a.bundle.is_some() {
+            root.recording(&recorder)
+        } else {
+            root
+        };
+        let evidence = collect::collect(&root);
+        let mut observations = uvmwatch::doctor::facts::Observations::default();
+        if a.probe {
+            let r = probe::run(&a.libcuda, a.probe_timeout)?;
+            for n in &r.notes {
+                eprintln!("uvmwatch doctor --probe: {n}");
+            }
+            observations = r.observations;
+        }
+        if let Some(out) = &a.bundle {
+            bundle::write_bundle(&recorder, &evidence, Some(&observations), out)?;
+            eprintln!("uvmwatch doctor: bundle written to {}", out.display());
+        }
+        let findings = rules::diagnose(&evidence, &observations);
+        Ok((findings, evidence, observations))
+    };
+    match run() {
+        Ok((findings, evidence, observations)) => {
+            if json {
+                let v = report::render_json(&findings, &evidence, &observations);
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                let color = !a.no_color && std::io::stdout().is_terminal();
+                print!("{}", report::render_text(&findings, &evidence, color));
+            }
+            Ok(ExitCode::from(report::exit_code(&findings)))
+        }
+        Err(e) => {
+            eprintln!("uvmwatch doctor: could not run: {e:#}");
+            Ok(ExitCode::from(report::EXIT_COULD_NOT_RUN))
         }
     }
 }

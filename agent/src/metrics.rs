@@ -52,6 +52,8 @@ pub struct Metrics {
     pub probe_attached: IntGaugeVec,
     /// `uvmwatch_libcuda_targets`.
     pub libcuda_targets: IntGauge,
+    /// `uvmwatch_diagnosis{rule,severity}`.
+    pub diagnosis: IntGaugeVec,
     /// Records lost in user space (undecodable); added to the kernel's drops.
     pub user_drops: IntCounter,
 }
@@ -71,6 +73,7 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     ("uvmwatch_events_dropped_total", "counter", "Event records lost: ring buffer full in the kernel, or undecodable in user space."),
     ("uvmwatch_kernel_map_full_total", "counter", "Calls or fds that could not be tracked because a kernel map was full, by map."),
     ("uvmwatch_tracked_fds", "gauge", "Open NVIDIA device fds the kernel side is tracking."),
+    ("uvmwatch_diagnosis", "gauge", "1 while a diagnosis rule has an active finding of this severity (from the host's state, or from a stall or failure within --diagnosis-ttl), 0 after it cleared. Rules and runbooks: docs/doctor.md."),
     ("uvmwatch_probe_attached", "gauge", "1 when the probe is attached, else 0 (see `uvmwatch probes` for the reason)."),
     ("uvmwatch_libcuda_targets", "gauge", "Distinct libcuda files (device, inode) with cuInit probes attached."),
 ];
@@ -89,6 +92,7 @@ const FAMILY_LABELS: &[(&str, &str)] = &[
     ("uvmwatch_events_dropped_total", ""),
     ("uvmwatch_kernel_map_full_total", "map"),
     ("uvmwatch_tracked_fds", ""),
+    ("uvmwatch_diagnosis", "rule, severity"),
     ("uvmwatch_probe_attached", "probe"),
     ("uvmwatch_libcuda_targets", ""),
 ];
@@ -178,6 +182,10 @@ impl Metrics {
         )?;
         let libcuda_targets =
             IntGauge::new("uvmwatch_libcuda_targets", help("uvmwatch_libcuda_targets"))?;
+        let diagnosis = IntGaugeVec::new(
+            Opts::new("uvmwatch_diagnosis", help("uvmwatch_diagnosis")),
+            &["rule", "severity"],
+        )?;
         let build = IntGaugeVec::new(
             Opts::new("uvmwatch_build_info", help("uvmwatch_build_info")),
             &["version", "kernel"],
@@ -197,6 +205,7 @@ impl Metrics {
             Box::new(stalled.clone()),
             Box::new(probe_attached.clone()),
             Box::new(libcuda_targets.clone()),
+            Box::new(diagnosis.clone()),
             Box::new(build),
         ] {
             registry.register(c)?;
@@ -211,6 +220,7 @@ impl Metrics {
             stalled,
             probe_attached,
             libcuda_targets,
+            diagnosis,
             user_drops,
         })
     }

@@ -456,6 +456,10 @@ pub struct CuinitEvent {
     pub flags: u32,
     /// 1 when the entry was seen (exit only; 0 means the uprobe attached mid-call).
     pub entry_seen: u32,
+    /// The parent this process was forked from when it has not exec'ed since (its fds and
+    /// memory are the parent's); 0 otherwise. Used to recognise fork-after-init.
+    pub forked_from: u32,
+    pub _pad: u32,
 }
 
 /// Task lifecycle record (kinds [`EVENT_DIED_IN_CALL`], [`EVENT_FORK`], [`EVENT_EXEC`],
@@ -559,7 +563,7 @@ mod tests {
         assert_eq!(size_of::<EventHeader>(), 40);
         assert_eq!(size_of::<IoctlEvent>(), 80);
         assert_eq!(size_of::<OpenEvent>(), 200);
-        assert_eq!(size_of::<CuinitEvent>(), 64);
+        assert_eq!(size_of::<CuinitEvent>(), 72);
         assert_eq!(size_of::<TaskEvent>(), 72);
         assert_eq!(size_of::<FdKey>(), 8);
         assert_eq!(size_of::<FdInfo>(), 32);

@@ -206,6 +206,13 @@ fn render_healthy(out: &mut String, e: &Evidence, p: &Paint) {
             "uvmwatch doctor: {} ({why}): nothing to diagnose on this machine.",
             p.bold("no NVIDIA driver present")
         );
+        let missing = unavailable_facts(e);
+        if !missing.is_empty() {
+            let _ = writeln!(out, "  could not check:");
+            for m in missing {
+                let _ = writeln!(out, "    - {m}");
+            }
+        }
         return;
     }
     let _ = writeln!(
@@ -342,12 +349,15 @@ mod tests {
         );
 
         let text = render_text(&[], &no_driver_host(), false);
-        assert_eq!(
-            text,
-            "uvmwatch doctor: no NVIDIA driver present (/proc/driver/nvidia/version: not \
-             readable: No such file or directory (os error 2)): nothing to diagnose on this \
-             machine.\n"
+        assert!(
+            text.starts_with(
+                "uvmwatch doctor: no NVIDIA driver present (/proc/driver/nvidia/version: not \
+                 readable: No such file or directory (os error 2)): nothing to diagnose on \
+                 this machine.\n  could not check:\n"
+            ),
+            "{text}"
         );
+        assert!(text.contains("    - nvidia-smi: nvidia-smi not present (nvidia-smi -q)\n"));
     }
 
     #[test]

@@ -62,6 +62,17 @@ pub const NODES_FILE: &str = "dev/nodes.json";
 /// Version of the snapshot layout written in [`Manifest::format`].
 pub const SNAPSHOT_FORMAT: u32 = 1;
 
+/// Whether [`Root::open_device`] really opens nodes on the live machine (the default, as
+/// `uvmwatch doctor` does). The agent turns it off ([`set_live_opens`]): an observer must not
+/// open GPU nodes itself (that can start GPU initialisation), and the probes see the
+/// workloads' own opens.
+static LIVE_OPENS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Turns live device-node opens on or off for the whole process (see [`Root::open_device`]).
+pub fn set_live_opens(on: bool) {
+    LIVE_OPENS.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// The machine being diagnosed.
 #[derive(Clone, Debug)]
 pub enum Root {
@@ -688,6 +699,7 @@ impl Root {
     /// Live, this has the side effects of a real open (the driver may initialise the GPU).
     pub fn open_device(&self, path: &str) -> Option<Result<(), String>> {
         match self {
+            Root::Live if !LIVE_OPENS.load(std::sync::atomic::Ordering::Relaxed) => None,
             Root::Live => Some(open_with_timeout(path, OPEN_TIMEOUT)),
             Root::Snapshot(dir) => snapshot_node(dir, path).and_then(|n| n.open_result()),
             Root::Recorded(inner, rec) => {

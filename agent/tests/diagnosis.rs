@@ -1,0 +1,289 @@
+//! Live diagnosis end to end: the real agent (and `doctor --probe`) with the scenarios of the
+//! e2e tests, and the host's facts from a snapshot tree (`--evidence-root` / `--root`) that
+//! describes the machine of the motivating incident. Root only; single-threaded.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{artifacts, metric, Agent};
+use serde_json::Value;
+use uvmwatch::doctor::collect::fixture::{write_snapshot_fixture, SnapshotSpec};
+use uvmwatch_testbed::{
+    FakeDev, FakeDevConfig, IoctlAction, IoctlRule, LibLocation, OpenDenial, Scenario, Workload,
+    WorkloadConfig,
+};
+
+const T: Duration = Duration::from_secs(20);
+
+/// The motivating machine: open module 590 on a 6.8 kernel, HMM on, KASLR on, HMM device
+/// memory never set up (no `nvidia-uvm-hmm` in /proc/iomem), kernel log silent.
+fn incident_host(disable_hmm: bool) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("uvmwatch-snapshot")
+        .tempdir()
+        .unwrap();
+    let spec = SnapshotSpec {
+        iomem_hmm: false,
+        uvm_disable_hmm: disable_hmm,
+        ..SnapshotSpec::default()
+    };
+    assert_eq!(spec.kernel_release, "6.8.0-45-generic");
+    assert!(!spec.nokaslr && spec.hmm_config);
+    write_snapshot_fixture(dir.path(), &spec).unwrap();
+    dir
+}
+
+fn workload(dev: &FakeDev, scenario: Scenario, fork_child: bool) -> Workload {
+    Workload::spawn(
+        dev,
+        artifacts(),
+        WorkloadConfig {
+            scenario,
+            fork_child,
+            lib_location: LibLocation::PrivateNamespace,
+            ..WorkloadConfig::default()
+        },
+    )
+    .expect("spawn workload")
+}
+
+fn pid_is(v: &Value, pid: u32) -> bool {
+    v["pid"].as_u64() == Some(pid as u64)
+}
+
+#[test]
+fn motivating_case_error_3_is_named_hmm_setup_with_the_host_fix_within_a_second() {
+    require_env!("motivating_case_error_3_is_named_hmm_setup_with_the_host_fix_within_a_second");
+    let snap = incident_host(false);
+    let root = snap.path().to_str().unwrap();
+    let agent = Agent::start(&["--evidence-root", root]);
+    let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
+    let mut w = workload(&dev, Scenario::RegisterGpuNoMemory, false);
+    assert_eq!(w.next_cuinit_line(T).unwrap().rc, 3);
+    let failed_at = Instant::now();
+    let pid = w.pid();
+    let (seen_at, end) = agent
+        .wait_event_at(|v| v["event"] == "cuinit_end" && pid_is(v, pid), T)
+        .unwrap_or_else(|| panic!("no cuinit_end; log:\n{}", agent.raw_log()));
+    assert!(
+        seen_at.saturating_duration_since(failed_at) < Duration::from_secs(1),
+        "diagnosis came {:?} after the failure",
+        seen_at.saturating_duration_since(failed_at)
+    );
+    assert_eq!(end["result"], "CUDA_ERROR_NOT_INITIALIZED");
+    let rules = end["diagnosis"].as_str().unwrap();
+    assert!(rules.starts_with("hmm_setup_failure"), "{end}");
+    let fix = end["diagnosis_fix"].as_str().unwrap();
+    assert!(
+        fix.contains("[host]") && fix.contains("uvm_disable_hmm=1"),
+        "{fix}"
+    );
+    assert_eq!(end["runbook"], "docs/runbooks/hmm_setup_failure.md");
+    let d = agent.expect_event(
+        "diagnosis record",
+        |v| v["event"] == "diagnosis" && v["rule"] == "hmm_setup_failure" && pid_is(v, pid),
+        T,
+    );
+    assert_eq!(d["severity"], "critical");
+    assert_eq!(d["trigger"], "cuinit_end");
+    let ev = d["evidence"].as_str().unwrap();
+    assert!(ev.contains("NV_ERR_NO_MEMORY"), "{ev}");
+    assert!(ev.contains("/sys/module/nvidia_uvm/parameters"), "{ev}");
+    let m = agent.metrics();
+    assert_eq!(
+        metric(
+            &m,
+            "uvmwatch_diagnosis",
+            &[("rule", "hmm_setup_failure"), ("severity", "critical")]
+        ),
+        Some(1.0),
+        "{m}"
+    );
+    assert!(agent.stop());
+}
+
+#[test]
+fn motivating_case_hang_is_named_while_the_call_is_still_stuck() {
+    require_env!("motivating_case_hang_is_named_while_the_call_is_still_stuck");
+    let snap = incident_host(false);
+    let root = snap.path().to_str().unwrap();
+    let agent = Agent::start(&[
+        "--evidence-root",
+        root,
+        "--ioctl-stall",
+        "1s",
+        "--cuinit-stall",
+        "2s",
+    ]);
+    let cfg = FakeDevConfig {
+        ioctl_rules: vec![IoctlRule::new(0x25, IoctlAction::Hang)],
+        ..FakeDevConfig::default()
+    };
+    let dev = FakeDev::start(artifacts(), cfg).unwrap();
+    let mut w = workload(&dev, Scenario::HangRegisterGpu, false);
+    let pid = w.pid();
+    let st = agent.expect_event(
+        "cuInit stall",
+        |v| v["event"] == "stall" && v["call"] == "cuInit" && pid_is(v, pid),
+        T,
+    );
+    // Still stuck: nothing has returned yet.
+    assert!(w.try_wait().unwrap().is_none());
+    assert!(
+        st["diagnosis"]
+            .as_str()
+            .unwrap()
+            .starts_with("hmm_setup_failure"),
+        "{st}"
+    );
+    assert!(st["diagnosis_fix"]
+        .as_str()
+        .unwrap()
+        .contains("uvm_disable_hmm=1"));
+    assert_eq!(st["inside"], "UVM_REGISTER_GPU on /dev/nvidia-uvm");
+    dev.release().unwrap();
+    assert_eq!(w.next_cuinit_line(T).unwrap().rc, 0);
+    assert!(agent.stop());
+}
+
+#[test]
+fn error_3_with_hmm_disabled_is_not_blamed_on_hmm() {
+    require_env!("error_3_with_hmm_disabled_is_not_blamed_on_hmm");
+    let snap = incident_host(true);
+    let agent = Agent::start(&["--evidence-root", snap.path().to_str().unwrap()]);
+    let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
+    let mut w = workload(&dev, Scenario::RegisterGpuNoMemory, false);
+    assert_eq!(w.next_cuinit_line(T).unwrap().rc, 3);
+    let pid = w.pid();
+    let end = agent.expect_event(
+        "cuinit_end",
+        |v| v["event"] == "cuinit_end" && pid_is(v, pid),
+        T,
+    );
+    assert!(
+        !end["diagnosis"]
+            .as_str()
+            .unwrap()
+            .contains("hmm_setup_failure"),
+        "{end}"
+    );
+    let m = agent.metrics();
+    assert_eq!(
+        metric(
+            &m,
+            "uvmwatch_diagnosis",
+            &[("rule", "hmm_setup_failure"), ("severity", "critical")]
+        ),
+        None,
+        "{m}"
+    );
+    assert!(agent.stop());
+}
+
+#[test]
+fn a_denied_open_is_named_a_device_permission_problem() {
+    require_env!("a_denied_open_is_named_a_device_permission_problem");
+    let snap = incident_host(false);
+    let agent = Agent::start(&["--evidence-root", snap.path().to_str().unwrap()]);
+    let dev = FakeDev::start(
+        artifacts(),
+        FakeDevConfig {
+            deny: vec![OpenDenial::new("nvidia-uvm", libc::EPERM)],
+            ..FakeDevConfig::default()
+        },
+    )
+    .unwrap();
+    let mut w = workload(&dev, Scenario::MissingNode, false);
+    assert_eq!(w.next_cuinit_line(T).unwrap().rc, 999);
+    let pid = w.pid();
+    let open = agent.expect_event(
+        "device_open_failed",
+        |v| v["event"] == "device_open_failed" && pid_is(v, pid),
+        T,
+    );
+    assert!(
+        open["diagnosis"]
+            .as_str()
+            .unwrap()
+            .starts_with("device_permission"),
+        "{open}"
+    );
+    assert!(agent.stop());
+}
+
+#[test]
+fn a_child_forked_after_init_is_named_fork_after_init() {
+    require_env!("a_child_forked_after_init_is_named_fork_after_init");
+    let snap = incident_host(false);
+    let agent = Agent::start(&["--evidence-root", snap.path().to_str().unwrap()]);
+    let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
+    let mut w = workload(&dev, Scenario::Success, true);
+    let parent = w.next_cuinit_line(T).unwrap();
+    assert_eq!(parent.rc, 0);
+    let child = w.next_cuinit_line(T).unwrap();
+    assert_eq!(child.rc, 3);
+    let end = agent.expect_event(
+        "child's cuinit_end",
+        |v| v["event"] == "cuinit_end" && pid_is(v, child.pid),
+        T,
+    );
+    assert_eq!(end["result"], "CUDA_ERROR_NOT_INITIALIZED");
+    assert!(
+        end["diagnosis"]
+            .as_str()
+            .unwrap()
+            .starts_with("fork_after_init"),
+        "{end}"
+    );
+    assert!(agent.stop());
+}
+
+#[test]
+fn doctor_probe_runs_a_real_cuinit_and_names_the_cause() {
+    require_env!("doctor_probe_runs_a_real_cuinit_and_names_the_cause");
+    let snap = incident_host(false);
+    let dir = tempfile::tempdir().unwrap();
+    // The testbed starts its "workload" as `<program> --lib <path> --wait-ms <n>` inside the
+    // namespace with the fake nodes; this wrapper turns that into a doctor run.
+    let script = dir.path().join("doctor-probe.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nexec {} doctor --json --probe --probe-timeout 10s --root {} --libcuda \"$2\"\n",
+            env!("CARGO_BIN_EXE_uvmwatch"),
+            snap.path().display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
+    let mut a = artifacts().clone();
+    a.workload = script;
+    let mut w = Workload::spawn(
+        &dev,
+        &a,
+        WorkloadConfig {
+            scenario: Scenario::RegisterGpuNoMemory,
+            ..WorkloadConfig::default()
+        },
+    )
+    .unwrap();
+    let out = w.wait_timeout(Duration::from_secs(60)).unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "exit code 2 = critical\n{}",
+        out.stdout
+    );
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["observations"]["cuinit_result"], 3, "{}", out.stdout);
+    assert_eq!(v["observations"]["failed_call"]["call"], "UVM_REGISTER_GPU");
+    assert_eq!(
+        v["findings"][0]["rule"], "hmm_setup_failure",
+        "{}",
+        out.stdout
+    );
+    assert_eq!(v["findings"][0]["severity"], "critical");
+}
