@@ -73,7 +73,7 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     ("uvmwatch_events_dropped_total", "counter", "Event records lost: ring buffer full in the kernel, or undecodable in user space."),
     ("uvmwatch_kernel_map_full_total", "counter", "Calls or fds that could not be tracked because a kernel map was full, by map."),
     ("uvmwatch_tracked_fds", "gauge", "Open NVIDIA device fds the kernel side is tracking."),
-    ("uvmwatch_diagnosis", "gauge", "1 while a diagnosis rule has an active finding of this severity (from the host's state, or from a stall or failure within --diagnosis-ttl), 0 after it cleared. Rules and runbooks: docs/doctor.md."),
+    ("uvmwatch_diagnosis", "gauge", "1 while a diagnosis rule has an active finding of this severity (from the host's state, or from a stall or failure within --diagnosis-ttl), 0 after it cleared; no series before the first finding. Rules and runbooks: docs/doctor.md."),
     ("uvmwatch_probe_attached", "gauge", "1 when the probe is attached, else 0 (see `uvmwatch probes` for the reason)."),
     ("uvmwatch_libcuda_targets", "gauge", "Distinct libcuda files (device, inode) with cuInit probes attached."),
 ];
