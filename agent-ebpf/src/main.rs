@@ -20,18 +20,19 @@ use aya_ebpf::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
         bpf_probe_read_user_str_bytes,
     },
-    macros::{map, tracepoint, uprobe, uretprobe},
+    macros::{kprobe, kretprobe, map, tracepoint, uprobe, uretprobe},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::{ProbeContext, RetProbeContext, TracePointContext},
     EbpfContext,
 };
 use uvmwatch_common::{
-    classify_dev_path, counter, hist_bucket, node, result, CmdInfo, CmdKey, Config, CuinitEvent,
-    EventHeader, FdInfo, FdKey, InflightCuinit, InflightIoctl, IoctlEvent, IoctlKey, LatencyHist,
-    OpenEvent, OpenKey, ProcState, TaskEvent, COMM_LEN, DIED_IN_CUINIT, DIED_IN_IOCTL,
-    EVENT_CUINIT_ENTER, EVENT_CUINIT_EXIT, EVENT_DIED_IN_CALL, EVENT_EXEC, EVENT_FORK, EVENT_IOCTL,
-    EVENT_OPEN, EVENT_PROC_EXIT, FD_CLOEXEC, FD_INHERITED, IOCTL_FAILED, IOCTL_IN_CUINIT,
-    IOCTL_SLOW, OPEN_IN_CUINIT, OPEN_LIBCUDA, OPEN_PATH_TRUNCATED, PATH_LEN,
+    classify_dev_path, counter, hist_bucket, kfunc, node, result, CmdInfo, CmdKey, Config,
+    CuinitEvent, EventHeader, FdInfo, FdKey, InflightCuinit, InflightIoctl, IoctlEvent, IoctlKey,
+    KfKey, KfResultKey, KfuncEvent, LatencyHist, OpenEvent, OpenKey, ProcState, TaskEvent,
+    COMM_LEN, DIED_IN_CUINIT, DIED_IN_IOCTL, EVENT_CUINIT_ENTER, EVENT_CUINIT_EXIT,
+    EVENT_DIED_IN_CALL, EVENT_EXEC, EVENT_FORK, EVENT_IOCTL, EVENT_KFUNC, EVENT_OPEN,
+    EVENT_PROC_EXIT, FD_CLOEXEC, FD_INHERITED, IOCTL_FAILED, IOCTL_IN_CUINIT, IOCTL_SLOW,
+    OPEN_IN_CUINIT, OPEN_LIBCUDA, OPEN_PATH_TRUNCATED, PATH_LEN,
 };
 
 /// `BPF_F_NO_PREALLOC`: per-CPU hashes grow with use instead of reserving
@@ -845,6 +846,223 @@ fn try_exit(ctx: &TracePointContext) -> Option<()> {
     }
     Some(())
 }
+
+// ---------------------------------------------------------------------------------------------
+// kernel and driver functions (kprobe/kretprobe pairs; only where the kernel has kprobes)
+// ---------------------------------------------------------------------------------------------
+
+/// Entry times of probed functions in progress, per (thread, function).
+#[map]
+static KF_START: LruHashMap<KfKey, u64> = LruHashMap::with_max_entries(16384, 0);
+/// Per-CPU latency histograms, indexed by function ([`kfunc`]).
+#[map]
+static KF_HIST: PerCpuArray<LatencyHist> = PerCpuArray::with_max_entries(kfunc::COUNT, 0);
+/// Per-CPU result counters per (function, result kind, code).
+#[map]
+static KF_RESULTS: PerCpuHashMap<KfResultKey, u64> =
+    PerCpuHashMap::with_max_entries(1024, NO_PREALLOC);
+
+/// Whether the current thread is inside an ioctl on a UVM node.
+#[inline(always)]
+fn in_uvm_ioctl(tid: u32) -> bool {
+    match unsafe { INFLIGHT_IOCTL.get(&tid) } {
+        Some(i) => node::is_uvm(i.node),
+        None => false,
+    }
+}
+
+/// The HMM set-up allocators are called by other drivers too: only calls made inside a
+/// UVM ioctl (the register-GPU path) are UVM's.
+#[inline(always)]
+const fn uvm_context_only(func: u32) -> bool {
+    func == kfunc::REQUEST_FREE_MEM_REGION || func == kfunc::MEMREMAP_PAGES
+}
+
+#[inline(always)]
+fn kf_enter(func: u32) {
+    if config().is_none() {
+        return;
+    }
+    let (_, tid) = ids();
+    if uvm_context_only(func) && !in_uvm_ioctl(tid) {
+        return;
+    }
+    let now = unsafe { bpf_ktime_get_ns() };
+    let _ = KF_START.insert(&KfKey { tid, func }, &now, 0);
+}
+
+#[inline(always)]
+fn kf_exit(ctx: &RetProbeContext, func: u32, ret_kind: u8) {
+    let (tgid, tid) = ids();
+    let key = KfKey { tid, func };
+    let Some(start) = (unsafe { KF_START.get(&key) }).copied() else {
+        return;
+    };
+    let _ = KF_START.remove(&key);
+    let now = unsafe { bpf_ktime_get_ns() };
+    let dur = now.saturating_sub(start);
+    let raw: u64 = ctx.ret();
+    let (kind, code) = match ret_kind {
+        kfunc::ret::NV_STATUS => {
+            let st = raw as u32;
+            (result::NV_STATUS, st)
+        }
+        kfunc::ret::ERR_PTR => {
+            let v = raw as i64;
+            if (-4095..0).contains(&v) {
+                (result::ERRNO, (-v) as u32)
+            } else {
+                (result::OK, 0)
+            }
+        }
+        kfunc::ret::ERRNO => {
+            let v = raw as i32;
+            if v < 0 {
+                (result::ERRNO, v.unsigned_abs())
+            } else {
+                (result::OK, 0)
+            }
+        }
+        _ => (result::OK, 0),
+    };
+    if let Some(h) = KF_HIST.get_ptr_mut(func) {
+        add_sample(h, hist_bucket(dur), dur);
+    }
+    let rk = KfResultKey {
+        func,
+        kind,
+        _pad: [0; 3],
+        code,
+    };
+    match KF_RESULTS.get_ptr_mut(&rk) {
+        Some(c) => unsafe { *c += 1 },
+        None => {
+            let _ = KF_RESULTS.insert(&rk, &1, 0);
+        }
+    }
+    let failed = kind == result::ERRNO || (kind == result::NV_STATUS && code != 0);
+    if failed {
+        let ev = KfuncEvent {
+            header: header(EVENT_KFUNC, tgid, tid, now),
+            start_ns: start,
+            ret: raw as i64,
+            func,
+            code,
+            kind,
+            in_uvm_ioctl: in_uvm_ioctl(tid) as u8,
+            _pad: [0; 6],
+        };
+        emit(&ev);
+    }
+}
+
+/// One kprobe and one kretprobe program per function: the program itself says which
+/// function fired (aya 0.14 kprobes take no attach cookie).
+macro_rules! kfunc_probes {
+    ($enter:ident, $exit:ident, $func:expr, $ret:expr) => {
+        #[kprobe]
+        pub fn $enter(_ctx: ProbeContext) -> u32 {
+            kf_enter($func);
+            0
+        }
+        #[kretprobe]
+        pub fn $exit(ctx: RetProbeContext) -> u32 {
+            kf_exit(&ctx, $func, $ret);
+            0
+        }
+    };
+}
+
+kfunc_probes!(
+    kp_free_mem_region,
+    krp_free_mem_region,
+    kfunc::REQUEST_FREE_MEM_REGION,
+    kfunc::ret::ERR_PTR
+);
+kfunc_probes!(
+    kp_memremap_pages,
+    krp_memremap_pages,
+    kfunc::MEMREMAP_PAGES,
+    kfunc::ret::ERR_PTR
+);
+kfunc_probes!(
+    kp_api_register_gpu,
+    krp_api_register_gpu,
+    kfunc::UVM_API_REGISTER_GPU,
+    kfunc::ret::NV_STATUS
+);
+kfunc_probes!(
+    kp_va_space_reg_gpu,
+    krp_va_space_reg_gpu,
+    kfunc::UVM_VA_SPACE_REGISTER_GPU,
+    kfunc::ret::NV_STATUS
+);
+kfunc_probes!(
+    kp_gpu_retain,
+    krp_gpu_retain,
+    kfunc::UVM_GPU_RETAIN_BY_UUID,
+    kfunc::ret::NV_STATUS
+);
+kfunc_probes!(
+    kp_hmm_block_svc,
+    krp_hmm_block_svc,
+    kfunc::UVM_HMM_VA_BLOCK_SERVICE_LOCKED,
+    kfunc::ret::NV_STATUS
+);
+kfunc_probes!(
+    kp_hmm_range_fault,
+    krp_hmm_range_fault,
+    kfunc::HMM_RANGE_FAULT,
+    kfunc::ret::ERRNO
+);
+kfunc_probes!(
+    kp_migrate_setup,
+    krp_migrate_setup,
+    kfunc::MIGRATE_VMA_SETUP,
+    kfunc::ret::ERRNO
+);
+kfunc_probes!(
+    kp_migrate_pages,
+    krp_migrate_pages,
+    kfunc::MIGRATE_VMA_PAGES,
+    kfunc::ret::VOID
+);
+kfunc_probes!(
+    kp_migrate_final,
+    krp_migrate_final,
+    kfunc::MIGRATE_VMA_FINALIZE,
+    kfunc::ret::VOID
+);
+kfunc_probes!(
+    kp_hmm_migrate,
+    krp_hmm_migrate,
+    kfunc::UVM_HMM_MIGRATE_RANGES,
+    kfunc::ret::NV_STATUS
+);
+kfunc_probes!(
+    kp_pgpu_replay,
+    krp_pgpu_replay,
+    kfunc::PARENT_GPU_SERVICE_REPLAYABLE,
+    kfunc::ret::VOID
+);
+kfunc_probes!(
+    kp_pgpu_nonreplay,
+    krp_pgpu_nonreplay,
+    kfunc::PARENT_GPU_SERVICE_NON_REPLAYABLE,
+    kfunc::ret::VOID
+);
+kfunc_probes!(
+    kp_gpu_replay,
+    krp_gpu_replay,
+    kfunc::GPU_SERVICE_REPLAYABLE,
+    kfunc::ret::VOID
+);
+kfunc_probes!(
+    kp_gpu_nonreplay,
+    krp_gpu_nonreplay,
+    kfunc::GPU_SERVICE_NON_REPLAYABLE,
+    kfunc::ret::VOID
+);
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -23,8 +23,8 @@ use tokio::{
     signal::unix::{signal, SignalKind},
 };
 use uvmwatch_common::{
-    node, result, CuinitEvent, IoctlEvent, OpenEvent, TaskEvent, DIED_IN_CUINIT, DIED_IN_IOCTL,
-    IOCTL_FAILED, IOCTL_IN_CUINIT, IOCTL_SLOW, OPEN_IN_CUINIT, OPEN_LIBCUDA,
+    node, result, CuinitEvent, IoctlEvent, KfuncEvent, OpenEvent, TaskEvent, DIED_IN_CUINIT,
+    DIED_IN_IOCTL, IOCTL_FAILED, IOCTL_IN_CUINIT, IOCTL_SLOW, OPEN_IN_CUINIT, OPEN_LIBCUDA,
 };
 
 use crate::{
@@ -84,6 +84,8 @@ struct CuinitCall {
     failed_opens: Vec<(String, String)>,
     /// Parent this process was forked from without exec (0: none).
     forked_from: u32,
+    /// Kernel-side signals (kprobes) seen on this thread during the call.
+    kernel_signals: Vec<String>,
 }
 
 /// The event-handling state.
@@ -265,6 +267,7 @@ impl Core {
                     "tracked process exec'ed"
                 );
             }
+            Event::Kfunc(e) => self.on_kfunc(&e),
             Event::ProcExit(e) => {
                 tracing::debug!(
                     event = "process_exit",
@@ -359,6 +362,8 @@ impl Core {
                 device_opens: call.opens,
                 forked_after_parent_init: e.forked_from != 0
                     && self.initialized.contains(&e.forked_from),
+                kernel_signals: call.kernel_signals.clone(),
+                unavailable_probes: self.unavailable_probes(),
                 ..Observations::default()
             };
             let findings = self.diagnose(&obs);
@@ -509,6 +514,7 @@ impl Core {
             let obs = Observations {
                 pid: Some(h.tgid),
                 failed_opens: vec![(path.clone(), errno.clone())],
+                unavailable_probes: self.unavailable_probes(),
                 ..Observations::default()
             };
             let findings = self.diagnose(&obs);
@@ -532,6 +538,63 @@ impl Core {
             self.log_findings(&findings, h.tgid, "device_open_failed");
         } else {
             tracing::debug!(event = "device_open", pid = h.tgid, path = %path, fd = e.ret, "NVIDIA device opened");
+        }
+    }
+
+    /// A kprobed kernel/driver function failed: logged, and kept as a kernel-side signal
+    /// of the thread's `cuInit` for the diagnosis rules.
+    fn on_kfunc(&mut self, e: &KfuncEvent) {
+        let h = &e.header;
+        let func = crate::probes::kfunc_name(e.func);
+        let res = if e.kind == result::ERRNO {
+            format!("-{} ({})", e.code, nvidia::errno_name(e.code))
+        } else {
+            nvidia::nv_status_label(e.code)
+        };
+        let signal = format!("{func} = {res}");
+        if let Some(c) = self.cuinit.get_mut(&h.tid) {
+            if c.kernel_signals.len() < 16 {
+                c.kernel_signals.push(signal.clone());
+            }
+        }
+        tracing::warn!(
+            event = "kernel_signal",
+            pid = h.tgid,
+            tid = h.tid,
+            comm = %comm(h),
+            function = func,
+            result = %res,
+            in_uvm_ioctl = e.in_uvm_ioctl == 1,
+            duration_seconds = h.ts_ns.saturating_sub(e.start_ns) as f64 / 1e9,
+            "kernel function failed"
+        );
+    }
+
+    /// Probes that are not attached, as `label: why`, for the rules' "could not check".
+    fn unavailable_probes(&self) -> Vec<String> {
+        self.kernel()
+            .probe_states()
+            .into_iter()
+            .filter(|(_, st)| st.gauge() == 0)
+            .map(|(spec, st)| format!("{}: {st}", spec.label))
+            .collect()
+    }
+
+    /// Attaches or detaches the module kprobes when `nvidia_uvm` comes or goes.
+    fn check_module(&mut self) {
+        let changed = self.kernel().refresh_module();
+        if let Some(loaded) = changed {
+            tracing::info!(
+                event = if loaded {
+                    "module_loaded"
+                } else {
+                    "module_unloaded"
+                },
+                module = crate::probes::UVM_MODULE,
+                "kprobes on the module's functions {}",
+                if loaded { "attached" } else { "detached" }
+            );
+            self.refresh_probe_metrics();
         }
     }
 
@@ -758,6 +821,10 @@ impl Core {
             forked_after_parent_init: call_state
                 .map(|s| s.forked_from != 0 && self.initialized.contains(&s.forked_from))
                 .unwrap_or(false),
+            kernel_signals: call_state
+                .map(|s| s.kernel_signals.clone())
+                .unwrap_or_default(),
+            unavailable_probes: self.unavailable_probes(),
             ..Observations::default()
         };
         let findings = self.diagnose(&obs);
@@ -1060,6 +1127,7 @@ pub async fn run(cfg: RunConfig) -> Result<()> {
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
 
     // SAFETY: the AsyncFd owns the ring buffer, so its fd stays open while registered.
+    let mut ticks: u64 = 0;
     let mut afd = unsafe { AsyncFd::register(events) }
         .map_err(|e| anyhow::anyhow!("registering the ring buffer fd: {e}"))?;
     let why = loop {
@@ -1073,6 +1141,10 @@ pub async fn run(cfg: RunConfig) -> Result<()> {
                 // Events first, so a call that just returned is not mistaken for a vanished one.
                 drain(afd.get_mut(), &mut core);
                 core.scan();
+                ticks += 1;
+                if ticks % 20 == 0 {
+                    core.check_module();
+                }
                 heartbeat.store(kernel::monotonic_ns(), Ordering::Relaxed);
             }
             _ = sweep.tick() => {

@@ -2,9 +2,9 @@
 
 use anyhow::{bail, Result};
 use uvmwatch_common::{
-    CuinitEvent, EventHeader, IoctlEvent, OpenEvent, TaskEvent, EVENT_CUINIT_ENTER,
-    EVENT_CUINIT_EXIT, EVENT_DIED_IN_CALL, EVENT_EXEC, EVENT_FORK, EVENT_IOCTL, EVENT_OPEN,
-    EVENT_PROC_EXIT,
+    CuinitEvent, EventHeader, IoctlEvent, KfuncEvent, OpenEvent, TaskEvent, EVENT_CUINIT_ENTER,
+    EVENT_CUINIT_EXIT, EVENT_DIED_IN_CALL, EVENT_EXEC, EVENT_FORK, EVENT_IOCTL, EVENT_KFUNC,
+    EVENT_OPEN, EVENT_PROC_EXIT,
 };
 
 /// One decoded record.
@@ -26,6 +26,8 @@ pub enum Event {
     Exec(TaskEvent),
     /// A tracked process exited.
     ProcExit(TaskEvent),
+    /// A kprobed kernel/driver function failed.
+    Kfunc(KfuncEvent),
 }
 
 fn read<T: Copy>(buf: &[u8]) -> Result<T> {
@@ -56,6 +58,7 @@ pub fn decode(buf: &[u8]) -> Result<Event> {
         EVENT_FORK => Event::Fork(read(buf)?),
         EVENT_EXEC => Event::Exec(read(buf)?),
         EVENT_PROC_EXIT => Event::ProcExit(read(buf)?),
+        EVENT_KFUNC => Event::Kfunc(read(buf)?),
         k => bail!("unknown event kind {k}"),
     })
 }

@@ -13,8 +13,9 @@ use anyhow::{anyhow, Context, Result};
 use aya::{
     maps::{Array, HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::{
+        kprobe::KProbeLinkId,
         uprobe::{UProbeLinkId, UProbeScope},
-        TracePoint, UProbe,
+        KProbe, TracePoint, UProbe,
     },
     Ebpf, EbpfLoader,
 };
@@ -24,8 +25,9 @@ use uvmwatch_common::{
 };
 
 use crate::{
+    kallsyms::Kallsyms,
     nvidia,
-    probes::{Attach, ProbeSpec, ProbeState, REGISTRY},
+    probes::{self, Attach, ProbeSpec, ProbeState, UVM_MODULE},
     tracefs,
 };
 
@@ -51,7 +53,13 @@ pub struct LibcudaTarget {
 /// The loaded kernel side.
 pub struct Kernel {
     bpf: Ebpf,
+    /// Every probe ([`probes::all`]); `states` is indexed the same way.
+    specs: Vec<ProbeSpec>,
     states: Vec<ProbeState>,
+    /// Kprobe links by registry index.
+    kprobe_links: StdHashMap<usize, KProbeLinkId>,
+    /// Whether `nvidia_uvm` was loaded at the last check.
+    uvm_loaded: bool,
     targets: StdHashMap<(u64, u64), LibcudaTarget>,
     /// Where tracefs is, when it is.
     pub tracefs: Option<PathBuf>,
@@ -101,12 +109,16 @@ impl Kernel {
                 None
             }
         };
+        let specs = probes::all();
         let mut k = Kernel {
             bpf,
-            states: REGISTRY
+            states: specs
                 .iter()
                 .map(|_| ProbeState::Unavailable("not attached yet".into()))
                 .collect(),
+            specs,
+            kprobe_links: StdHashMap::new(),
+            uvm_loaded: false,
             targets: StdHashMap::new(),
             tracefs,
         };
@@ -114,6 +126,7 @@ impl Kernel {
         k.write_config(settings)?;
         k.load_programs();
         k.attach_tracepoints();
+        k.attach_kprobes();
         Ok(k)
     }
 
@@ -169,7 +182,11 @@ impl Kernel {
 
     fn load_programs(&mut self) {
         let mut done: StdHashMap<&'static str, Result<(), String>> = StdHashMap::new();
-        for (i, spec) in REGISTRY.iter().enumerate() {
+        for (i, spec) in self.specs.iter().enumerate() {
+            if matches!(spec.attach, Attach::Kprobe { .. }) && !kprobes_supported() {
+                // Not even loadable where the kernel has no kprobes.
+                continue;
+            }
             let r = done
                 .entry(spec.program)
                 .or_insert_with(|| {
@@ -184,9 +201,11 @@ impl Kernel {
     }
 
     fn attach_tracepoints(&mut self) {
-        for (i, spec) in REGISTRY.iter().enumerate() {
+        for i in 0..self.specs.len() {
+            let spec = self.specs[i];
             let Attach::Tracepoint { category, name } = spec.attach else {
-                if matches!(self.states[i], ProbeState::Unavailable(ref s) if s == "not attached yet")
+                if matches!(spec.attach, Attach::Uprobe { .. })
+                    && matches!(self.states[i], ProbeState::Unavailable(ref s) if s == "not attached yet")
                 {
                     self.states[i] = ProbeState::Waiting("no libcuda found yet".into());
                 }
@@ -227,11 +246,168 @@ impl Kernel {
 
     /// Probe table with the current state of each probe.
     pub fn probe_states(&self) -> Vec<(ProbeSpec, ProbeState)> {
-        REGISTRY
+        self.specs
             .iter()
             .copied()
             .zip(self.states.iter().cloned())
             .collect()
+    }
+
+    /// Attaches every kprobe whose target is present now: core-kernel functions once,
+    /// module functions whenever their module is loaded. Records why the others are off.
+    fn attach_kprobes(&mut self) {
+        if !kprobes_supported() {
+            for (i, spec) in self.specs.iter().enumerate() {
+                if matches!(spec.attach, Attach::Kprobe { .. }) {
+                    self.states[i] = ProbeState::Unavailable(
+                        "kprobes not supported by this kernel (no kprobe PMU in \
+                         /sys/bus/event_source/devices: CONFIG_KPROBES off)"
+                            .into(),
+                    );
+                }
+            }
+            return;
+        }
+        let syms = match Kallsyms::read(Path::new("/proc/kallsyms")) {
+            Ok(k) => k,
+            Err(e) => {
+                for (i, spec) in self.specs.iter().enumerate() {
+                    if matches!(spec.attach, Attach::Kprobe { .. }) {
+                        self.states[i] = ProbeState::Unavailable(format!("{e:#}"));
+                    }
+                }
+                return;
+            }
+        };
+        self.uvm_loaded = syms.has_module(UVM_MODULE);
+        for i in 0..self.specs.len() {
+            let spec = self.specs[i];
+            let Attach::Kprobe {
+                symbol,
+                ret,
+                module,
+            } = spec.attach
+            else {
+                continue;
+            };
+            if self.kprobe_links.contains_key(&i)
+                || matches!(self.states[i], ProbeState::Unavailable(ref s) if s.starts_with("program rejected"))
+            {
+                continue;
+            }
+            if let Some(m) = module {
+                if !syms.has_module(m) {
+                    self.states[i] = ProbeState::Waiting(format!("module {m} not loaded"));
+                    continue;
+                }
+            }
+            let Some(target) = syms.resolve(symbol, module) else {
+                self.states[i] = ProbeState::Unavailable(format!(
+                    "{symbol} not in /proc/kallsyms{} (another kernel or driver version)",
+                    module
+                        .map(|m| format!(" for module {m}"))
+                        .unwrap_or_default()
+                ));
+                continue;
+            };
+            let r: Result<KProbeLinkId> = (|| {
+                let p: &mut KProbe = self
+                    .bpf
+                    .program_mut(spec.program)
+                    .ok_or_else(|| anyhow!("program {} missing", spec.program))?
+                    .try_into()?;
+                Ok(p.attach(&target, 0)?)
+            })();
+            self.states[i] = match r {
+                Ok(link) => {
+                    self.kprobe_links.insert(i, link);
+                    ProbeState::Attached(1)
+                }
+                Err(e) => ProbeState::Unavailable(format!(
+                    "attaching {}probe to {target}: {e:#}",
+                    if ret { "kret" } else { "k" }
+                )),
+            };
+        }
+    }
+
+    /// Detaches the kprobes on functions of `module` (it was unloaded).
+    fn detach_module_kprobes(&mut self, module: &str) {
+        for i in 0..self.specs.len() {
+            let spec = self.specs[i];
+            let Attach::Kprobe {
+                module: Some(m), ..
+            } = spec.attach
+            else {
+                continue;
+            };
+            if m != module {
+                continue;
+            }
+            if let Some(link) = self.kprobe_links.remove(&i) {
+                if let Some(p) = self.bpf.program_mut(spec.program) {
+                    if let Ok(p) = <&mut KProbe>::try_from(p) {
+                        let _ = p.detach(link);
+                    }
+                }
+            }
+            self.states[i] = ProbeState::Waiting(format!("module {m} not loaded"));
+        }
+    }
+
+    /// Checks whether `nvidia_uvm` was loaded or unloaded since the last check and attaches
+    /// or detaches its kprobes. Returns `Some(loaded)` when it changed.
+    pub fn refresh_module(&mut self) -> Option<bool> {
+        if !kprobes_supported() {
+            return None;
+        }
+        let loaded = Path::new("/sys/module").join(UVM_MODULE).exists();
+        if loaded == self.uvm_loaded {
+            return None;
+        }
+        if loaded {
+            self.attach_kprobes();
+            // kallsyms can lag the sysfs entry for a moment: retry on the next check.
+            if !self.uvm_loaded {
+                return None;
+            }
+        } else {
+            self.detach_module_kprobes(UVM_MODULE);
+            self.uvm_loaded = false;
+        }
+        Some(loaded)
+    }
+
+    /// Kernel-function latency histograms summed over CPUs, by `kfunc` id (all ids).
+    pub fn kfunc_hist(&self) -> Result<Vec<LatencyHist>> {
+        let m: PerCpuArray<&MapData, LatencyHist> =
+            PerCpuArray::try_from(self.bpf.map("KF_HIST").context("map KF_HIST")?)?;
+        let mut out = Vec::new();
+        for i in 0..uvmwatch_common::kfunc::COUNT {
+            let mut sum = LatencyHist::default();
+            for h in m.get(&i, 0)?.iter() {
+                for b in 0..HIST_BUCKETS {
+                    sum.buckets[b] += h.buckets[b];
+                }
+                sum.sum_ns += h.sum_ns;
+                sum.count += h.count;
+            }
+            out.push(sum);
+        }
+        Ok(out)
+    }
+
+    /// Kernel-function result counters summed over CPUs.
+    pub fn kfunc_results(&self) -> Result<Vec<(uvmwatch_common::KfResultKey, u64)>> {
+        sum_percpu(self.bpf.map("KF_RESULTS").context("map KF_RESULTS")?)
+    }
+
+    /// Whether the kretprobe of function `id` is attached now.
+    pub fn kfunc_attached(&self, id: u32) -> bool {
+        self.specs.iter().enumerate().any(|(i, s)| {
+            matches!(s.attach, Attach::Kprobe { ret: true, symbol, .. } if symbol == probes::kfunc_name(id))
+                && self.kprobe_links.contains_key(&i)
+        })
     }
 
     /// Attaches the `cuInit` uprobe and uretprobe to `path` (a file already known to be new
@@ -290,7 +466,7 @@ impl Kernel {
 
     fn refresh_uprobe_states(&mut self) {
         let n = self.targets.len();
-        for (i, spec) in REGISTRY.iter().enumerate() {
+        for (i, spec) in self.specs.iter().enumerate() {
             if let Attach::Uprobe { .. } = spec.attach {
                 if matches!(self.states[i], ProbeState::Unavailable(ref s) if s.starts_with("program rejected"))
                 {
@@ -517,8 +693,17 @@ fn load_one(bpf: &mut Ebpf, spec: &ProbeSpec) -> Result<()> {
             let p: &mut UProbe = prog.try_into()?;
             p.load()?;
         }
+        Attach::Kprobe { .. } => {
+            let p: &mut KProbe = prog.try_into()?;
+            p.load()?;
+        }
     }
     Ok(())
+}
+
+/// Whether the kernel offers kprobes (the `kprobe` perf PMU, `CONFIG_KPROBES`).
+pub fn kprobes_supported() -> bool {
+    Path::new("/sys/bus/event_source/devices/kprobe").exists()
 }
 
 /// Checks that `path` is an ELF shared object whose dynamic symbol table defines `cuInit`.

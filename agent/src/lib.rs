@@ -10,6 +10,7 @@ pub mod discovery;
 pub mod doctor;
 pub mod events;
 pub mod http;
+pub mod kallsyms;
 pub mod kernel;
 pub mod metrics;
 pub mod nvidia;

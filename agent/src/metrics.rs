@@ -18,7 +18,7 @@ use prometheus::{
     proto::{self, LabelPair, MetricFamily, MetricType},
     Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
-use uvmwatch_common::{counter, result, IoctlKey, HIST_BUCKETS};
+use uvmwatch_common::{counter, result, IoctlKey, LatencyHist, HIST_BUCKETS};
 
 use crate::{kernel::Kernel, nvidia, probes::ProbeState};
 
@@ -69,6 +69,8 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     ("uvmwatch_stalled_calls", "gauge", "Calls currently past their stall threshold, by call."),
     ("uvmwatch_driver_ioctl_calls_total", "counter", "Ioctls on NVIDIA device nodes, by node, ioctl name and result (NV_OK or an NV_ERR_* name read from the params' rmStatus, OK when the command has no status field, an errno name when the syscall failed, PARAMS_UNREADABLE)."),
     ("uvmwatch_driver_ioctl_duration_seconds", "histogram", "Ioctl latency on NVIDIA device nodes, seconds, aggregated in the kernel in log2 buckets."),
+    ("uvmwatch_kernel_function_calls_total", "counter", "Calls of kprobed kernel and nvidia_uvm functions (HMM set-up, GPU registration, HMM faults, GPU fault batches; docs/probes.md), by function and result (NV_STATUS name, errno name, or OK). Only where the kernel has kprobes; request_free_mem_region and memremap_pages only inside UVM ioctls."),
+    ("uvmwatch_kernel_function_duration_seconds", "histogram", "Latency of kprobed kernel and nvidia_uvm functions, seconds, aggregated in the kernel in log2 buckets."),
     ("uvmwatch_device_opens_total", "counter", "openat() of NVIDIA device nodes, by node and result (success or errno name)."),
     ("uvmwatch_events_dropped_total", "counter", "Event records lost: ring buffer full in the kernel, or undecodable in user space."),
     ("uvmwatch_kernel_map_full_total", "counter", "Calls or fds that could not be tracked because a kernel map was full, by map."),
@@ -89,6 +91,8 @@ const FAMILY_LABELS: &[(&str, &str)] = &[
     ("uvmwatch_driver_ioctl_calls_total", "node, ioctl, result"),
     ("uvmwatch_driver_ioctl_duration_seconds", "node, ioctl"),
     ("uvmwatch_device_opens_total", "node, result"),
+    ("uvmwatch_kernel_function_calls_total", "function, result"),
+    ("uvmwatch_kernel_function_duration_seconds", "function"),
     ("uvmwatch_events_dropped_total", ""),
     ("uvmwatch_kernel_map_full_total", "map"),
     ("uvmwatch_tracked_fds", ""),
@@ -264,6 +268,11 @@ const KERNEL_FAMILIES: &[(&str, &[&str])] = &[
     ),
     ("uvmwatch_driver_ioctl_duration_seconds", &["node", "ioctl"]),
     ("uvmwatch_device_opens_total", &["node", "result"]),
+    (
+        "uvmwatch_kernel_function_calls_total",
+        &["function", "result"],
+    ),
+    ("uvmwatch_kernel_function_duration_seconds", &["function"]),
     ("uvmwatch_events_dropped_total", &[]),
     ("uvmwatch_kernel_map_full_total", &["map"]),
     ("uvmwatch_tracked_fds", &[]),
@@ -317,6 +326,27 @@ fn counter_metric(l: Vec<LabelPair>, v: f64) -> proto::Metric {
     c.set_value(v);
     let mut m = proto::Metric::from_label(l);
     m.set_counter(c);
+    m
+}
+
+/// A histogram series from a kernel log2 histogram (see [`log2_to_buckets`]).
+fn histogram_metric(l: Vec<LabelPair>, h: &LatencyHist) -> proto::Metric {
+    let mut ph = proto::Histogram::default();
+    ph.set_sample_count(h.count);
+    ph.set_sample_sum(h.sum_ns as f64 / 1e9);
+    ph.set_bucket(
+        log2_to_buckets(&h.buckets)
+            .into_iter()
+            .map(|(ub, c)| {
+                let mut bk = proto::Bucket::default();
+                bk.set_upper_bound(ub);
+                bk.set_cumulative_count(c);
+                bk
+            })
+            .collect(),
+    );
+    let mut m = proto::Metric::from_label(l);
+    m.set_histogram(ph);
     m
 }
 
@@ -415,23 +445,15 @@ impl Collector for KernelCollector {
             e.2 += h.count;
         }
         for ((node, ioctl), (b, sum_ns, count)) in merged {
-            let mut ph = proto::Histogram::default();
-            ph.set_sample_count(count);
-            ph.set_sample_sum(sum_ns as f64 / 1e9);
-            ph.set_bucket(
-                log2_to_buckets(&b)
-                    .into_iter()
-                    .map(|(ub, c)| {
-                        let mut bk = proto::Bucket::default();
-                        bk.set_upper_bound(ub);
-                        bk.set_cumulative_count(c);
-                        bk
-                    })
-                    .collect(),
-            );
-            let mut m = proto::Metric::from_label(labels(&[("node", node), ("ioctl", ioctl)]));
-            m.set_histogram(ph);
-            hm.push(m);
+            let h = LatencyHist {
+                buckets: b,
+                sum_ns,
+                count,
+            };
+            hm.push(histogram_metric(
+                labels(&[("node", node), ("ioctl", ioctl)]),
+                &h,
+            ));
         }
         out.push(family(
             "uvmwatch_driver_ioctl_duration_seconds",
@@ -461,6 +483,42 @@ impl Collector for KernelCollector {
             "uvmwatch_device_opens_total",
             MetricType::COUNTER,
             merge_same_labels(om),
+        ));
+
+        // Kernel functions: only those probed here (or with counts from earlier).
+        let khist = k.kfunc_hist().unwrap_or_default();
+        let mut km = Vec::new();
+        for (id, h) in khist.iter().enumerate() {
+            if h.count == 0 && !k.kfunc_attached(id as u32) {
+                continue;
+            }
+            km.push(histogram_metric(
+                labels(&[("function", crate::probes::kfunc_name(id as u32).to_string())]),
+                h,
+            ));
+        }
+        out.push(family(
+            "uvmwatch_kernel_function_duration_seconds",
+            MetricType::HISTOGRAM,
+            km,
+        ));
+        let kres = k.kfunc_results().unwrap_or_default();
+        let krm = kres
+            .iter()
+            .map(|(key, n)| {
+                counter_metric(
+                    labels(&[
+                        ("function", crate::probes::kfunc_name(key.func).to_string()),
+                        ("result", ioctl_result_label(key.kind, key.code)),
+                    ]),
+                    *n as f64,
+                )
+            })
+            .collect();
+        out.push(family(
+            "uvmwatch_kernel_function_calls_total",
+            MetricType::COUNTER,
+            merge_same_labels(krm),
         ));
 
         let c = k.counters().unwrap_or_default();

@@ -14,6 +14,207 @@ pub enum Attach {
     /// A uprobe (or uretprobe when `ret`) on `symbol` in every libcuda found (needs the
     /// `uprobe` perf PMU, `CONFIG_UPROBE_EVENTS`).
     Uprobe { symbol: &'static str, ret: bool },
+    /// A kprobe (or kretprobe when `ret`) on a kernel function, or on a function of
+    /// `module` (needs the `kprobe` perf PMU, `CONFIG_KPROBES`, and the symbol in
+    /// `/proc/kallsyms`; module functions only while the module is loaded). Module
+    /// functions use kprobes, not fentry: out-of-tree modules usually ship without BTF.
+    Kprobe {
+        symbol: &'static str,
+        ret: bool,
+        module: Option<&'static str>,
+    },
+}
+
+/// The kernel module whose functions the module kprobes target.
+pub const UVM_MODULE: &str = "nvidia_uvm";
+
+/// Name of each probed kernel/driver function, indexed by its `uvmwatch_common::kfunc` id.
+pub const KFUNC_NAMES: &[&str] = &[
+    "request_free_mem_region",
+    "memremap_pages",
+    "uvm_api_register_gpu",
+    "uvm_va_space_register_gpu",
+    "uvm_gpu_retain_by_uuid",
+    "uvm_hmm_va_block_service_locked",
+    "hmm_range_fault",
+    "migrate_vma_setup",
+    "migrate_vma_pages",
+    "migrate_vma_finalize",
+    "uvm_hmm_migrate_ranges",
+    "uvm_parent_gpu_service_replayable_faults",
+    "uvm_parent_gpu_service_non_replayable_fault_buffer",
+    "uvm_gpu_service_replayable_faults",
+    "uvm_gpu_service_non_replayable_fault_buffer",
+];
+
+/// Name of a probed function by id (`unknown` when out of range).
+pub fn kfunc_name(id: u32) -> &'static str {
+    KFUNC_NAMES.get(id as usize).copied().unwrap_or("unknown")
+}
+
+const fn kp(
+    label: &'static str,
+    program: &'static str,
+    symbol: &'static str,
+    ret: bool,
+    module: Option<&'static str>,
+    purpose: &'static str,
+) -> ProbeSpec {
+    ProbeSpec {
+        label,
+        program,
+        attach: Attach::Kprobe {
+            symbol,
+            ret,
+            module,
+        },
+        required: false,
+        purpose,
+    }
+}
+
+/// Registry entries of one kprobe/kretprobe pair.
+macro_rules! kpair {
+    ($sym:literal, $enter:literal, $exit:literal, $module:expr, $purpose:literal) => {
+        [
+            kp(
+                concat!("kprobe:", $sym),
+                $enter,
+                $sym,
+                false,
+                $module,
+                $purpose,
+            ),
+            kp(
+                concat!("kretprobe:", $sym),
+                $exit,
+                $sym,
+                true,
+                $module,
+                $purpose,
+            ),
+        ]
+    };
+}
+
+const UVM: Option<&str> = Some(UVM_MODULE);
+
+/// The kprobe part of the registry, in `uvmwatch_common::kfunc` order.
+pub const KPROBES: &[[ProbeSpec; 2]] = &[
+    kpair!(
+        "request_free_mem_region",
+        "kp_free_mem_region",
+        "krp_free_mem_region",
+        None,
+        "HMM device-memory set-up: its error (-34 ERANGE in the KASLR case) inside a UVM ioctl"
+    ),
+    kpair!(
+        "memremap_pages",
+        "kp_memremap_pages",
+        "krp_memremap_pages",
+        None,
+        "HMM device-memory set-up: its error inside a UVM ioctl"
+    ),
+    kpair!(
+        "uvm_api_register_gpu",
+        "kp_api_register_gpu",
+        "krp_api_register_gpu",
+        UVM,
+        "UVM_REGISTER_GPU: latency and NV_STATUS"
+    ),
+    kpair!(
+        "uvm_va_space_register_gpu",
+        "kp_va_space_reg_gpu",
+        "krp_va_space_reg_gpu",
+        UVM,
+        "GPU registration in the VA space: latency and NV_STATUS"
+    ),
+    kpair!(
+        "uvm_gpu_retain_by_uuid",
+        "kp_gpu_retain",
+        "krp_gpu_retain",
+        UVM,
+        "global UVM lock wait plus GPU bring-up: latency and NV_STATUS"
+    ),
+    kpair!(
+        "uvm_hmm_va_block_service_locked",
+        "kp_hmm_block_svc",
+        "krp_hmm_block_svc",
+        UVM,
+        "HMM fault servicing: count and latency"
+    ),
+    kpair!(
+        "hmm_range_fault",
+        "kp_hmm_range_fault",
+        "krp_hmm_range_fault",
+        None,
+        "HMM faults (every caller): count, latency, errors"
+    ),
+    kpair!(
+        "migrate_vma_setup",
+        "kp_migrate_setup",
+        "krp_migrate_setup",
+        None,
+        "HMM migration set-up: count, latency, errors"
+    ),
+    kpair!(
+        "migrate_vma_pages",
+        "kp_migrate_pages",
+        "krp_migrate_pages",
+        None,
+        "HMM migration: count and latency"
+    ),
+    kpair!(
+        "migrate_vma_finalize",
+        "kp_migrate_final",
+        "krp_migrate_final",
+        None,
+        "HMM migration finalize: count and latency"
+    ),
+    kpair!(
+        "uvm_hmm_migrate_ranges",
+        "kp_hmm_migrate",
+        "krp_hmm_migrate",
+        UVM,
+        "UVM HMM migrations: count, latency, NV_STATUS"
+    ),
+    kpair!(
+        "uvm_parent_gpu_service_replayable_faults",
+        "kp_pgpu_replay",
+        "krp_pgpu_replay",
+        UVM,
+        "replayable GPU fault batches (560+)"
+    ),
+    kpair!(
+        "uvm_parent_gpu_service_non_replayable_fault_buffer",
+        "kp_pgpu_nonreplay",
+        "krp_pgpu_nonreplay",
+        UVM,
+        "non-replayable GPU fault batches (560+)"
+    ),
+    kpair!(
+        "uvm_gpu_service_replayable_faults",
+        "kp_gpu_replay",
+        "krp_gpu_replay",
+        UVM,
+        "replayable GPU fault batches (535/550)"
+    ),
+    kpair!(
+        "uvm_gpu_service_non_replayable_fault_buffer",
+        "kp_gpu_nonreplay",
+        "krp_gpu_nonreplay",
+        UVM,
+        "non-replayable GPU fault batches (535/550)"
+    ),
+];
+
+/// Every probe: [`REGISTRY`] then the kprobe pairs of [`KPROBES`].
+pub fn all() -> Vec<ProbeSpec> {
+    REGISTRY
+        .iter()
+        .copied()
+        .chain(KPROBES.iter().flat_map(|p| p.iter().copied()))
+        .collect()
 }
 
 /// One entry of the registry.
@@ -247,6 +448,8 @@ pub fn render_table(rows: &[(ProbeSpec, ProbeState)]) -> String {
             Attach::Tracepoint { .. } => "tracepoint",
             Attach::Uprobe { ret: false, .. } => "uprobe",
             Attach::Uprobe { ret: true, .. } => "uretprobe",
+            Attach::Kprobe { ret: false, .. } => "kprobe",
+            Attach::Kprobe { ret: true, .. } => "kretprobe",
         };
         out.push_str(&format!(
             "{:<w$}  {:<10}  {:<8}  {}  [{}]\n",
@@ -265,9 +468,36 @@ mod tests {
     use super::*;
 
     #[test]
+    fn kprobes_follow_the_kfunc_ids() {
+        assert_eq!(KPROBES.len(), uvmwatch_common::kfunc::COUNT as usize);
+        assert_eq!(KFUNC_NAMES.len(), KPROBES.len());
+        for (i, pair) in KPROBES.iter().enumerate() {
+            for p in pair {
+                let Attach::Kprobe { symbol, .. } = p.attach else {
+                    panic!("{} is not a kprobe", p.label)
+                };
+                assert_eq!(symbol, KFUNC_NAMES[i]);
+            }
+        }
+        // The kernel keeps 15 bytes of a program name: those must tell programs apart.
+        let mut short = std::collections::HashMap::new();
+        for p in all() {
+            let k = &p.program[..p.program.len().min(15)];
+            if let Some(other) = short.insert(k, p.program) {
+                assert_eq!(other, p.program, "{k} is ambiguous");
+            }
+        }
+        assert_eq!(
+            kfunc_name(uvmwatch_common::kfunc::REQUEST_FREE_MEM_REGION),
+            "request_free_mem_region"
+        );
+        assert_eq!(kfunc_name(99), "unknown");
+    }
+
+    #[test]
     fn labels_unique_and_programs_named() {
         let mut seen = std::collections::HashSet::new();
-        for p in REGISTRY {
+        for p in &all() {
             assert!(seen.insert(p.label), "duplicate label {}", p.label);
             assert!(!p.program.is_empty());
         }

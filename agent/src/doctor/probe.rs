@@ -47,7 +47,7 @@ pub fn run(libcuda: &[PathBuf], deadline: Duration) -> Result<ProbeRun> {
     })
     .context("loading the probes (doctor --probe needs root)")?;
     for (spec, st) in kernel.probe_states() {
-        if spec.required && st.gauge() == 0 {
+        if st.gauge() == 0 && !matches!(spec.attach, crate::probes::Attach::Uprobe { .. }) {
             obs.unavailable_probes.push(format!("{}: {st}", spec.label));
         }
     }
@@ -161,6 +161,15 @@ fn record(obs: &mut Observations, pid: u32, ev: &Event) {
             } else if e.flags & OPEN_IN_CUINIT != 0 {
                 obs.device_opens += 1;
             }
+        }
+        Event::Kfunc(e) if e.header.tgid == pid => {
+            let res = if e.kind == uvmwatch_common::result::ERRNO {
+                format!("-{} ({})", e.code, nvidia::errno_name(e.code))
+            } else {
+                nvidia::nv_status_label(e.code)
+            };
+            obs.kernel_signals
+                .push(format!("{} = {res}", crate::probes::kfunc_name(e.func)));
         }
         Event::DiedInCall(e) if e.header.tgid == pid && e.what & DIED_IN_CUINIT != 0 => {
             obs.cuinit_in_flight = true;
