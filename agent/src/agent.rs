@@ -1142,7 +1142,7 @@ pub async fn run(cfg: RunConfig) -> Result<()> {
                 drain(afd.get_mut(), &mut core);
                 core.scan();
                 ticks += 1;
-                if ticks % 20 == 0 {
+                if ticks.is_multiple_of(20) {
                     core.check_module();
                 }
                 heartbeat.store(kernel::monotonic_ns(), Ordering::Relaxed);
