@@ -41,14 +41,17 @@ use crate::{
     kernel::{self, Kernel, KernelSettings},
     metrics::{KernelCollector, Metrics},
     nvidia, procfs,
+    sink::{CallEvent, ProcessInfo, Sink},
     stall::{self, CallKey, CallKind, InFlight, StallDetector},
 };
 
 /// Settings of `uvmwatch run`.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
-    /// Address of the `/metrics` and `/healthz` server.
-    pub listen: SocketAddr,
+    /// Address of the `/metrics` and `/healthz` server (`None`: no server, as in capture).
+    pub listen: Option<SocketAddr>,
+    /// Stop by itself after this long (capture `--duration`).
+    pub stop_after: Option<Duration>,
     /// A `cuInit` running this long is a stall.
     pub cuinit_stall: Duration,
     /// A driver ioctl running this long is a stall.
@@ -104,6 +107,12 @@ struct Core {
     incident_findings: HashMap<(String, Severity), u64>,
     /// Processes whose cuInit returned 0 (for fork-after-init).
     initialized: HashSet<u32>,
+    /// Trace and capture consumers.
+    sinks: Vec<Box<dyn Sink>>,
+    /// Identity of processes seen (read once from /proc), for the sinks.
+    procs: HashMap<u32, ProcessInfo>,
+    /// Dropped-event total last passed to the sinks.
+    dropped_seen: u64,
 }
 
 fn comm(e: &uvmwatch_common::EventHeader) -> String {
@@ -275,7 +284,44 @@ impl Core {
                     "tracked process exited"
                 );
                 self.cuinit.retain(|_, c| c.tgid != e.header.tgid);
+                self.procs.remove(&e.header.tgid);
             }
+        }
+    }
+
+    /// Identity of a process for the sinks (read from /proc once, cached until it exits).
+    fn proc_info(&mut self, pid: u32, comm_hint: &str) -> ProcessInfo {
+        if let Some(p) = self.procs.get(&pid) {
+            return p.clone();
+        }
+        let root = &self.cfg.proc_root;
+        let t = procfs::read_thread(root, pid, pid).ok();
+        let info = ProcessInfo {
+            pid,
+            ns_pid: procfs::ns_pid(root, pid).ok().flatten(),
+            comm: t
+                .as_ref()
+                .map(|t| t.comm.clone())
+                .unwrap_or_else(|| comm_hint.to_string()),
+            exe: t
+                .as_ref()
+                .and_then(|t| t.exe.as_ref())
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            cmdline: t.as_ref().map(|t| t.cmdline.clone()).unwrap_or_default(),
+            container_id: t.and_then(|t| t.container_id),
+        };
+        if self.procs.len() > 4096 {
+            self.procs.clear();
+        }
+        self.procs.insert(pid, info.clone());
+        info
+    }
+
+    /// Passes one event to every sink.
+    fn emit(&mut self, ev: CallEvent<'_>) {
+        for s in self.sinks.iter_mut() {
+            s.event(&ev);
         }
     }
 
@@ -303,6 +349,15 @@ impl Core {
             flags = e.flags,
             "cuInit entered"
         );
+        if !self.sinks.is_empty() {
+            let p = self.proc_info(h.tgid, &comm(h));
+            self.emit(CallEvent::CuinitStart {
+                proc: &p,
+                tid: h.tid,
+                start_ns: e.start_ns,
+                flags: e.flags,
+            });
+        }
     }
 
     fn on_cuinit_exit(&mut self, e: &CuinitEvent) {
@@ -334,6 +389,28 @@ impl Core {
                 "stalled cuInit returned"
             );
             self.update_stalled_gauges();
+            if !self.sinks.is_empty() {
+                let p = self.proc_info(h.tgid, &comm(h));
+                self.emit(CallEvent::StallEnd {
+                    proc: &p,
+                    tid: h.tid,
+                    call: "cuInit",
+                    start_ns: e.start_ns,
+                    end_ns: h.ts_ns,
+                    outcome: "returned",
+                });
+            }
+        }
+        if !self.sinks.is_empty() && e.entry_seen == 1 {
+            let p = self.proc_info(h.tgid, &comm(h));
+            self.emit(CallEvent::CuinitEnd {
+                proc: &p,
+                tid: h.tid,
+                start_ns: e.start_ns,
+                end_ns: h.ts_ns,
+                code: e.ret,
+                result: &name,
+            });
         }
         let (fail_call, fail_result) = call
             .last_failure
@@ -436,6 +513,31 @@ impl Core {
                 "stalled driver call returned"
             );
             self.update_stalled_gauges();
+            if !self.sinks.is_empty() {
+                let p = self.proc_info(h.tgid, &comm(h));
+                self.emit(CallEvent::StallEnd {
+                    proc: &p,
+                    tid: h.tid,
+                    call: &name,
+                    start_ns: e.start_ns,
+                    end_ns: h.ts_ns,
+                    outcome: "returned",
+                });
+            }
+        }
+        if !self.sinks.is_empty() {
+            let p = self.proc_info(h.tgid, &comm(h));
+            self.emit(CallEvent::Ioctl {
+                proc: &p,
+                tid: h.tid,
+                start_ns: e.start_ns,
+                end_ns: h.ts_ns,
+                name: &name,
+                node: &node_path,
+                result: &res,
+                failed: e.flags & IOCTL_FAILED != 0,
+                in_cuinit: e.flags & IOCTL_IN_CUINIT != 0,
+            });
         }
         if e.flags & IOCTL_FAILED != 0 {
             tracing::warn!(
@@ -536,8 +638,32 @@ impl Core {
                 "NVIDIA device open failed"
             );
             self.log_findings(&findings, h.tgid, "device_open_failed");
+            if !self.sinks.is_empty() {
+                let p = self.proc_info(h.tgid, &comm(h));
+                self.emit(CallEvent::Open {
+                    proc: &p,
+                    tid: h.tid,
+                    start_ns: e.start_ns,
+                    end_ns: h.ts_ns,
+                    path: &path,
+                    errno: Some(&errno),
+                    in_cuinit: e.flags & OPEN_IN_CUINIT != 0,
+                });
+            }
         } else {
             tracing::debug!(event = "device_open", pid = h.tgid, path = %path, fd = e.ret, "NVIDIA device opened");
+            if !self.sinks.is_empty() {
+                let p = self.proc_info(h.tgid, &comm(h));
+                self.emit(CallEvent::Open {
+                    proc: &p,
+                    tid: h.tid,
+                    start_ns: e.start_ns,
+                    end_ns: h.ts_ns,
+                    path: &path,
+                    errno: None,
+                    in_cuinit: e.flags & OPEN_IN_CUINIT != 0,
+                });
+            }
         }
     }
 
@@ -625,6 +751,19 @@ impl Core {
                 "thread died inside a stalled call"
             );
         }
+        if !self.sinks.is_empty() {
+            let p = self.proc_info(h.tgid, &comm(h));
+            for c in &ended {
+                self.emit(CallEvent::StallEnd {
+                    proc: &p,
+                    tid: h.tid,
+                    call: &c.call,
+                    start_ns: c.key.start_ns,
+                    end_ns: h.ts_ns,
+                    outcome: "thread_exited",
+                });
+            }
+        }
         if !ended.is_empty() {
             self.update_stalled_gauges();
         }
@@ -699,6 +838,18 @@ impl Core {
     }
 
     fn scan(&mut self) {
+        if !self.sinks.is_empty() {
+            let kernel_drops = self
+                .kernel()
+                .counters()
+                .map(|c| c[uvmwatch_common::counter::RINGBUF_DROPS as usize])
+                .unwrap_or(0);
+            let total = kernel_drops + self.metrics.user_drops.get();
+            if total != self.dropped_seen {
+                self.dropped_seen = total;
+                self.emit(CallEvent::Dropped { total });
+            }
+        }
         let snap = self.snapshot();
         let now = kernel::monotonic_ns();
         let cu_in_flight = snap
@@ -720,6 +871,17 @@ impl Core {
                 tid = c.key.tid,
                 "stalled call is no longer in flight (no exit event seen)"
             );
+            if !self.sinks.is_empty() {
+                let p = self.proc_info(c.tgid, "");
+                self.emit(CallEvent::StallEnd {
+                    proc: &p,
+                    tid: c.key.tid,
+                    call: &c.call,
+                    start_ns: c.key.start_ns,
+                    end_ns: now,
+                    outcome: "ended",
+                });
+            }
         }
         if !r.new_stalls.is_empty() || !r.vanished.is_empty() {
             self.update_stalled_gauges();
@@ -853,6 +1015,19 @@ impl Core {
             kernel_stack = %stack,
             "call stalled"
         );
+        if !self.sinks.is_empty() {
+            let p = self.proc_info(c.tgid, &comm);
+            self.emit(CallEvent::Stall {
+                proc: &p,
+                tid: c.key.tid,
+                call: &c.call,
+                start_ns: c.key.start_ns,
+                detected_ns: now,
+                inside: &inside,
+                thread_state: &state,
+                wchan: &wchan,
+            });
+        }
         self.log_findings(&findings, c.tgid, "stall");
     }
 
@@ -874,7 +1049,19 @@ impl Core {
     }
 
     /// One `event="diagnosis"` record per finding, with its evidence and fix in full.
-    fn log_findings(&self, findings: &[Finding], pid: u32, trigger: &str) {
+    fn log_findings(&mut self, findings: &[Finding], pid: u32, trigger: &str) {
+        if !self.sinks.is_empty() && !findings.is_empty() {
+            let p = self.proc_info(pid, "");
+            let now = kernel::monotonic_ns();
+            for f in findings {
+                self.emit(CallEvent::Diagnosis {
+                    proc: &p,
+                    tid: pid,
+                    ts_ns: now,
+                    finding: f,
+                });
+            }
+        }
         for f in findings {
             let evidence: Vec<String> = f
                 .evidence
@@ -1039,16 +1226,24 @@ fn drain(rb: &mut RingBuf<MapData>, core: &mut Core) {
 ///
 /// # Errors
 /// Not root, the eBPF object cannot load, or the listen address is taken.
-pub async fn run(cfg: RunConfig) -> Result<()> {
+pub async fn run(cfg: RunConfig, sinks: Vec<Box<dyn Sink>>) -> Result<()> {
     let metrics = Metrics::new()?;
     let slow = cfg.slow_ioctl.min(cfg.ioctl_stall);
     let kernel = Kernel::load(&KernelSettings {
         slow_ioctl_ns: slow.as_nanos() as u64,
     })?;
-    let listener = tokio::net::TcpListener::bind(cfg.listen)
-        .await
-        .with_context(|| format!("listening on {} (choose another with --listen)", cfg.listen))?;
-    let local = listener.local_addr()?;
+    let listener = match cfg.listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("listening on {addr} (choose another with --listen)"))?,
+        ),
+        None => None,
+    };
+    let local = match &listener {
+        Some(l) => l.local_addr()?.to_string(),
+        None => "none".to_string(),
+    };
     let kernel = Arc::new(Mutex::new(kernel));
     let events = kernel.lock().unwrap().take_events()?;
     metrics.registry.register(Box::new(KernelCollector::new(
@@ -1092,6 +1287,9 @@ pub async fn run(cfg: RunConfig) -> Result<()> {
         static_findings: Vec::new(),
         incident_findings: HashMap::new(),
         initialized: HashSet::new(),
+        sinks,
+        procs: HashMap::new(),
+        dropped_seen: 0,
     };
     core.evaluate_static();
     core.update_stalled_gauges();
@@ -1117,7 +1315,14 @@ pub async fn run(cfg: RunConfig) -> Result<()> {
     }
 
     let heartbeat = Arc::new(AtomicU64::new(kernel::monotonic_ns()));
-    let server = tokio::spawn(http::serve(listener, metrics.clone(), heartbeat.clone()));
+    let server = listener.map(|l| tokio::spawn(http::serve(l, metrics.clone(), heartbeat.clone())));
+    let deadline = async {
+        match cfg.stop_after {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::pin!(deadline);
 
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
@@ -1152,12 +1357,20 @@ pub async fn run(cfg: RunConfig) -> Result<()> {
                 core.update_diagnosis_gauge();
             }
             Some(e) = ev_rx.recv() => core.new_evidence(e),
+            _ = &mut deadline => break "duration",
             _ = sigterm.recv() => break "SIGTERM",
             _ = sigint.recv() => break "SIGINT",
         }
     };
-    server.abort();
-    let _ = server.await;
+    if let Some(server) = server {
+        server.abort();
+        let _ = server.await;
+    }
+    // Events that arrived last, then the sinks write out what they hold.
+    drain(afd.get_mut(), &mut core);
+    for s in core.sinks.iter_mut() {
+        s.flush();
+    }
     drop(afd);
     drop(core);
     // Last reference: dropping the Kernel detaches every link and unloads the programs.

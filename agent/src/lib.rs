@@ -16,5 +16,6 @@ pub mod metrics;
 pub mod nvidia;
 pub mod probes;
 pub mod procfs;
+pub mod sink;
 pub mod stall;
 pub mod tracefs;

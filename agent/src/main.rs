@@ -153,7 +153,8 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Run(a) => {
             let cfg = agent::RunConfig {
-                listen: a.listen,
+                listen: Some(a.listen),
+                stop_after: None,
                 cuinit_stall: a.cuinit_stall,
                 ioctl_stall: a.ioctl_stall,
                 slow_ioctl: a.slow_ioctl,
@@ -169,7 +170,7 @@ fn main() -> ExitCode {
                 .enable_all()
                 .build()
                 .map_err(anyhow::Error::from)
-                .and_then(|rt| rt.block_on(agent::run(cfg)))
+                .and_then(|rt| rt.block_on(agent::run(cfg, Vec::new())))
                 .map(|()| ExitCode::SUCCESS)
         }
         Cmd::Probes { libcuda } => probes_cmd(libcuda),

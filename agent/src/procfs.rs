@@ -156,6 +156,29 @@ pub fn read_thread(proc_root: &Path, pid: u32, tid: u32) -> Result<ThreadInfo> {
     })
 }
 
+/// The process's id inside its innermost pid namespace (last entry of `NSpid:` in
+/// `<proc_root>/<pid>/status`), or `None` when it lives in the init pid namespace.
+///
+/// Errors: the status file cannot be read (the process exited).
+pub fn ns_pid(proc_root: &Path, pid: u32) -> Result<Option<u32>> {
+    let p = proc_root.join(pid.to_string()).join("status");
+    let text = fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("NSpid:") {
+            let ids: Vec<u32> = rest
+                .split_whitespace()
+                .filter_map(|v| v.parse().ok())
+                .collect();
+            return Ok(if ids.len() > 1 {
+                ids.last().copied()
+            } else {
+                None
+            });
+        }
+    }
+    Ok(None)
+}
+
 /// Thread-group id (process id) of thread `tid`, from the `Tgid:` line of
 /// `<proc_root>/<tid>/status` (procfs resolves any thread id at the top level, though
 /// only thread-group leaders are listed).
