@@ -788,44 +788,49 @@ impl Core {
             )
         };
         let now = kernel::monotonic_ns();
-        let mut out = Vec::with_capacity(cu.len() + io.len());
+        let calls = cu
+            .into_iter()
+            .map(|(tid, c)| {
+                let name = "cuInit".to_string();
+                (
+                    tid,
+                    c.tgid,
+                    c.start_ns,
+                    CallKind::Cuinit,
+                    name.clone(),
+                    name,
+                )
+            })
+            .chain(io.into_iter().map(|(tid, i)| {
+                (
+                    tid,
+                    i.tgid,
+                    i.start_ns,
+                    CallKind::Ioctl,
+                    nvidia::ioctl_display(i.node, i.cmd),
+                    nvidia::ioctl_label(i.node, i.cmd).to_string(),
+                )
+            }));
+        let mut out = Vec::new();
         let mut dead = Vec::new();
-        for (tid, c) in cu {
+        for (tid, tgid, start_ns, kind, call, label) in calls {
             // A thread that vanished without an exit event (e.g. before the agent started)
             // must not become a phantom stall.
-            if now.saturating_sub(c.start_ns) > 1_000_000_000
-                && !thread_alive(&self.cfg.proc_root, c.tgid, tid)
+            if now.saturating_sub(start_ns) > 1_000_000_000
+                && !thread_alive(&self.cfg.proc_root, tgid, tid)
             {
                 dead.push(tid);
                 continue;
             }
             out.push(InFlight {
                 key: CallKey {
-                    kind: CallKind::Cuinit,
+                    kind,
                     tid,
-                    start_ns: c.start_ns,
+                    start_ns,
                 },
-                tgid: c.tgid,
-                call: "cuInit".into(),
-                label: "cuInit".into(),
-            });
-        }
-        for (tid, i) in io {
-            if now.saturating_sub(i.start_ns) > 1_000_000_000
-                && !thread_alive(&self.cfg.proc_root, i.tgid, tid)
-            {
-                dead.push(tid);
-                continue;
-            }
-            out.push(InFlight {
-                key: CallKey {
-                    kind: CallKind::Ioctl,
-                    tid,
-                    start_ns: i.start_ns,
-                },
-                tgid: i.tgid,
-                call: nvidia::ioctl_display(i.node, i.cmd),
-                label: nvidia::ioctl_label(i.node, i.cmd).to_string(),
+                tgid,
+                call,
+                label,
             });
         }
         if !dead.is_empty() {
