@@ -319,8 +319,9 @@ fn try_openat_enter(ctx: &TracePointContext) -> Option<()> {
 
 /// Whether the NUL-terminated path's last component starts with `libcuda.so`.
 ///
-/// Scans backwards from the end for the last `/` and stops there, so the verifier sees one
-/// path per position instead of one per (position, last-slash) pair.
+/// Scans backwards from the end for the last `/` with a loop bounded by a constant, and
+/// indexes the buffer only through [`path_at`], so verifiers back to 6.1 can prove every
+/// access in bounds and the loop finite.
 #[inline(always)]
 fn basename_is_libcuda(path: &[u8; PATH_LEN], len: usize) -> bool {
     const NAME: &[u8; 10] = b"libcuda.so";
@@ -328,25 +329,38 @@ fn basename_is_libcuda(path: &[u8; PATH_LEN], len: usize) -> bool {
         return false;
     }
     let mut base = 0usize;
-    let mut i = len;
-    while i > 0 {
-        i -= 1;
-        if path[i & (PATH_LEN - 1)] == b'/' {
+    let mut k = 0usize;
+    while k < PATH_LEN {
+        if k >= len {
+            break;
+        }
+        let i = len - 1 - k;
+        if path_at(path, i) == b'/' {
             base = i + 1;
             break;
         }
+        k += 1;
     }
     if base + NAME.len() > len {
         return false;
     }
     let mut j = 0usize;
     while j < NAME.len() {
-        if path[(base + j) & (PATH_LEN - 1)] != NAME[j] {
+        if path_at(path, base + j) != NAME[j] {
             return false;
         }
         j += 1;
     }
     true
+}
+
+/// `path[i % PATH_LEN]`, with the index passed through a volatile read first so LLVM cannot
+/// drop the mask on the grounds that it already knows the range: older verifiers (6.1) only
+/// accept the access when they see the mask themselves.
+#[inline(always)]
+fn path_at(path: &[u8; PATH_LEN], i: usize) -> u8 {
+    let i = unsafe { core::ptr::read_volatile(&i) } & (PATH_LEN - 1);
+    path[i]
 }
 
 /// `syscalls:sys_exit_openat` (format: ret @16).

@@ -665,8 +665,9 @@ fn sum_percpu<K: aya::Pod + Eq + std::hash::Hash>(m: &aya::maps::Map) -> Result<
     Ok(out)
 }
 
-/// The first line of a load error and the verifier's last lines (its verdict), not the
-/// whole instruction log.
+/// The first line of a load error and the verifier's verdict, not the whole instruction
+/// log: the verdict is the last line before the statistics (`processed … insns`,
+/// `verification time`, `stack depth`), e.g. `R4 unbounded memory access`.
 fn short_verifier_error(e: &str) -> String {
     let lines: Vec<&str> = e.lines().collect();
     if lines.len() <= 4 {
@@ -676,8 +677,27 @@ fn short_verifier_error(e: &str) -> String {
         .split(". Verifier output")
         .next()
         .unwrap_or(lines[0]);
-    let tail: Vec<&str> = lines[lines.len().saturating_sub(3)..].to_vec();
-    format!("{first} ... {}", tail.join(" | "))
+    let is_stat = |l: &str| {
+        let l = l.trim();
+        l.is_empty()
+            || l.starts_with("processed ")
+            || l.starts_with("verification time")
+            || l.starts_with("stack depth")
+            || l.starts_with("max_states_per_insn")
+            || l.starts_with(':')
+    };
+    let verdict = lines
+        .iter()
+        .rev()
+        .find(|l| !is_stat(l))
+        .copied()
+        .unwrap_or("");
+    let stats: Vec<&str> = lines
+        .iter()
+        .filter(|l| l.trim().starts_with("processed "))
+        .copied()
+        .collect();
+    format!("{first}: {} [{}]", verdict.trim(), stats.join(" "))
 }
 
 fn load_one(bpf: &mut Ebpf, spec: &ProbeSpec) -> Result<()> {
@@ -723,4 +743,26 @@ pub fn check_exports_cuinit(path: &Path) -> Result<()> {
         return Err(anyhow!("{} does not define cuInit", path.display()));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn verifier_errors_keep_the_verdict() {
+        let log = "the BPF_PROG_LOAD syscall returned Permission denied (os error 13). Verifier output: 0: R1=ctx()\n\
+1: (bf) r6 = r1\n\
+57: (71) r1 = *(u8 *)(r4 +0)\n\
+R4 unbounded memory access, make sure to bounds check any such access\n\
+processed 412 insns (limit 1000000) max_states_per_insn 2 total_states 30\n\
+verification time 1234 usec\n\
+stack depth 184+0\n";
+        let s = super::short_verifier_error(log);
+        assert!(
+            s.starts_with("the BPF_PROG_LOAD syscall returned Permission denied"),
+            "{s}"
+        );
+        assert!(s.contains("R4 unbounded memory access"), "{s}");
+        assert!(s.contains("processed 412 insns"), "{s}");
+        assert!(!s.contains("(bf) r6"), "{s}");
+    }
 }

@@ -482,11 +482,17 @@ fn host_only_note(e: &Evidence) -> String {
 /// KASLR on and a kernel without the upstream fix. Never fires with `uvm_disable_hmm=Y`,
 /// the proprietary module, a kernel without HMM, or ATS addressing.
 fn hmm_setup_failure(e: &Evidence, o: &Observations) -> Option<Finding> {
+    // The set-up seen failing in the kernel itself (the driver's own error line, or the
+    // allocator's error caught by a kprobe inside a UVM ioctl) is direct evidence: it
+    // outweighs facts that say HMM set-up should not even run here.
+    let attempted = klog(e).is_some_and(|l| !l.hmm_errors.is_empty())
+        || o.kernel_signals.iter().any(|s| s.contains(FREE_MEM_REGION));
     // What makes HMM set-up impossible here: then it cannot be the cause.
-    if driver(e).is_some_and(|d| !d.open_module)
-        || hmm_disabled(e) == Some(true)
-        || kernel_hmm_capable(e) == Some(false)
-        || addressing_modes(e).is_some_and(|m| m.iter().all(|x| *x == "ATS"))
+    if !attempted
+        && (driver(e).is_some_and(|d| !d.open_module)
+            || hmm_disabled(e) == Some(true)
+            || kernel_hmm_capable(e) == Some(false)
+            || addressing_modes(e).is_some_and(|m| m.iter().all(|x| *x == "ATS")))
     {
         return None;
     }
@@ -2689,6 +2695,17 @@ mod tests {
         let f = run("hmm_setup_failure", &motivating_host(), &k).expect("finding");
         assert_eq!(f.confidence, Confidence::High);
         assert!(!mentions(&f, "cannot see request_free_mem_region"));
+        // Seen failing in the kernel: fires even where the kernel config says HMM cannot
+        // be set up (a kernel built without CONFIG_DEVICE_PRIVATE, as the VM tests' are).
+        let no_dp = motivating_host().with(|e| {
+            if let Ok(c) = e.kernel_config.value.as_mut() {
+                c.insert("CONFIG_DEVICE_PRIVATE".into(), "n".into());
+            }
+        });
+        // Without that evidence the config rules HMM out.
+        assert!(run("hmm_setup_failure", &no_dp, &incident()).is_none());
+        let f = run("hmm_setup_failure", &no_dp, &k).expect("kernel evidence wins");
+        assert_eq!(f.severity, Severity::Critical);
     }
 
     #[test]
