@@ -4,6 +4,8 @@
 //! - `test [-- ARGS]`: set-up, build, every test single-threaded, a summary with skips.
 //! - `demo`: set-up, build, run the agent against simulated NVIDIA device nodes.
 //! - `device-check`: build a release agent and a script for a real GPU machine.
+//! - `vm-test`: boot Debian's own kernels (kprobes, loadable modules) under qemu with a test
+//!   `nvidia_uvm` module and run the agent's kernel-side tests inside (`docs/vm-test.md`).
 //!
 //! This crate builds with the stable toolchain alone: it must not depend on the agent crate,
 //! whose build script needs the nightly and bpf-linker that `setup` installs.
@@ -13,6 +15,7 @@ mod device_check;
 mod setup;
 mod test;
 mod util;
+mod vm;
 
 use std::process::ExitCode;
 
@@ -32,6 +35,9 @@ enum Cmd {
         /// Only report what is present and what is missing (exit 1 if something is).
         #[arg(long)]
         check: bool,
+        /// Also the packages `vm-test` needs (qemu-system-x86, busybox-static, cpio, make, libelf1).
+        #[arg(long)]
+        vm: bool,
     },
     /// Set up if needed, build, run every test (one at a time) and summarise, skips included.
     Test {
@@ -44,12 +50,14 @@ enum Cmd {
     Demo,
     /// Build a release agent and `target/device-check/run.sh` for a real GPU machine.
     DeviceCheck,
+    /// Boot Debian kernels under qemu with a test nvidia_uvm module; run the kernel-side tests.
+    VmTest(vm::VmTestArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
-        Cmd::Setup { check } => setup::run(check).map(|ok| {
+        Cmd::Setup { check, vm } => setup::run_with(check, vm).map(|ok| {
             if ok {
                 ExitCode::SUCCESS
             } else {
@@ -59,6 +67,7 @@ fn main() -> ExitCode {
         Cmd::Test { args } => test::run(&args),
         Cmd::Demo => demo::run(),
         Cmd::DeviceCheck => device_check::run(),
+        Cmd::VmTest(args) => vm::run(&args),
     };
     match r {
         Ok(code) => code,

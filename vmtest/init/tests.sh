@@ -1,0 +1,336 @@
+# The in-VM tests of `cargo xtask vm-test` (busybox sh, sourced by /init after lib.sh).
+#
+# One function per test, run in the order of VMTEST_TESTS; later tests may rely on earlier
+# ones (the module loaded, the agent started). To add a check (e.g. a kprobe metric that
+# must move), add a function `test_<name>` and list it here; see lib.sh for the helpers.
+
+VMTEST_TESTS="kernel_facts module_load module_symbols agent_probes agent_start cuinit_ok
+cuinit_fail_register cuinit_hang_register hmm_faults kprobe_metrics rmmod_while_running
+agent_stop"
+
+# Probed functions the test module does not have: the 535/550 names of the fault batch
+# handlers (the module implements the 560+ names). Their probes must say why they are off.
+KPROBE_ABSENT="uvm_gpu_service_replayable_faults uvm_gpu_service_non_replayable_fault_buffer"
+
+# Kernel functions the agent's kprobes will need (shared/reference/nvidia-uvm.md).
+KERNEL_SYMBOLS="request_free_mem_region memremap_pages hmm_range_fault migrate_vma_setup
+migrate_vma_pages migrate_vma_finalize"
+# Functions of the test module, named as in nvidia_uvm.
+MODULE_SYMBOLS="uvm_unlocked_ioctl_entry uvm_unlocked_ioctl uvm_ioctl uvm_api_initialize
+uvm_va_space_create uvm_api_register_gpu uvm_va_space_register_gpu uvm_gpu_retain_by_uuid
+add_gpu uvm_pmm_devmem_init devmem_alloc_pagemap uvm_va_block_service_locked
+uvm_hmm_va_block_service_locked uvm_parent_gpu_service_replayable_faults
+uvm_parent_gpu_service_non_replayable_fault_buffer uvm_api_migrate uvm_hmm_migrate_ranges"
+
+# (a) What the kernel offers for kprobes, BTF and the HMM paths.
+test_kernel_facts() {
+	note "kernel $(uname -r)"
+	check "no kprobe PMU (/sys/bus/event_source/devices/kprobe)" \
+		test -d /sys/bus/event_source/devices/kprobe
+	check "no uprobe PMU" test -d /sys/bus/event_source/devices/uprobe
+	check "no BTF (/sys/kernel/btf/vmlinux)" test -f /sys/kernel/btf/vmlinux
+	check "tracefs not mounted" test -d /sys/kernel/tracing/events/syscalls
+	_missing=$(kallsyms_missing "" $KERNEL_SYMBOLS)
+	[ -z "$_missing" ] || bad "kallsyms lacks:$_missing"
+	# From the kernel package's config (put in /boot as on a Debian host). DEVICE_PRIVATE
+	# decides whether a real nvidia_uvm would enable HMM on this kernel at all; FPROBE
+	# whether multi-kprobe links (BPF_TRACE_KPROBE_MULTI) exist.
+	_cfg=/boot/config-$(uname -r)
+	if [ -f "$_cfg" ]; then
+		_c=""
+		for _o in KPROBES FPROBE HMM_MIRROR DEVICE_PRIVATE ZONE_DEVICE GET_FREE_REGION RANDOMIZE_MEMORY; do
+			_v=$(sed -n "s/^CONFIG_$_o=//p" "$_cfg")
+			_c="$_c $_o=${_v:-n}"
+		done
+		note "config:$_c"
+	fi
+}
+
+# The test modules load; the nodes are made as nvidia-modprobe would.
+test_module_load() {
+	check "insmod nvidia.ko" insmod "$MODDIR/nvidia.ko" || return
+	check "insmod nvidia-uvm.ko" load_uvm || return
+	check "no 'nvidia-uvm' in /proc/devices" grep -q " nvidia-uvm\$" /proc/devices
+	check "no /dev/nvidia-uvm" test -c /dev/nvidia-uvm
+	check "mode parameter not writable" test -w "$UVM_PARAMS/mode"
+	check "/proc/driver/nvidia/version missing" test -f /proc/driver/nvidia/version
+	note "uvm major $(sed -n 's/^ *\([0-9]*\) nvidia-uvm$/\1/p' /proc/devices)"
+}
+
+# (a) The module's functions are in kallsyms under [nvidia_uvm], as the real driver's are.
+test_module_symbols() {
+	[ -s "$KALLSYMS" ] || kallsyms_refresh
+	grep "\[nvidia_uvm\]" "$KALLSYMS" >/tmp/module_symbols/all
+	_missing=$(kallsyms_missing nvidia_uvm $MODULE_SYMBOLS)
+	[ -z "$_missing" ] && note "${_missing:-all $(echo $MODULE_SYMBOLS | wc -w) functions present}"
+	[ -z "$_missing" ] || bad "missing [nvidia_uvm] symbols:$_missing"
+	_clones=$(grep -E " [A-Za-z_0-9]+\.(cold|part|isra|constprop)[.0-9]*[[:space:]]" /tmp/module_symbols/all |
+		awk '{print $3}' | tr '\n' ' ')
+	[ -n "$_clones" ] && note "compiler-split symbols: $_clones"
+	say "kallsyms sample: $(grep -E ' (uvm_api_register_gpu|devmem_alloc_pagemap)' /tmp/module_symbols/all | one_line)"
+}
+
+# (b) `uvmwatch probes` loads and attaches for real; its table goes to the console log.
+test_agent_probes() {
+	uvmwatch probes --libcuda "$LIBCUDA" >/tmp/agent_probes/table 2>/tmp/agent_probes/err
+	_rc=$?
+	sed 's/^/probes| /' /tmp/agent_probes/table
+	sed 's/^/probes-stderr| /' /tmp/agent_probes/err | head -n 20
+	[ "$_rc" = 0 ] || bad "uvmwatch probes exited $_rc"
+	_n=$(grep -c " attached" /tmp/agent_probes/table)
+	_u=$(grep -c "unavailable" /tmp/agent_probes/table)
+	note "$_n attached, $_u unavailable"
+	check "cuInit uprobe not attached" grep -q "^uprobe:cuInit .* attached" /tmp/agent_probes/table
+	# Every kprobe and kretprobe of the registry attaches, except those on functions this
+	# module does not have, which must name the reason.
+	_kp=0
+	while read -r _probe _kind _req _state _rest; do
+		case "$_probe" in kprobe:* | kretprobe:*) ;; *) continue ;; esac
+		_fn=${_probe#*:}
+		case " $(echo $KPROBE_ABSENT) " in
+		*" $_fn "*)
+			echo "$_state $_rest" | grep -q "not in /proc/kallsyms" ||
+				bad "$_probe: '$_state $_rest' (want: not in /proc/kallsyms)"
+			;;
+		*)
+			[ "$_state" = attached ] || bad "$_probe: $_state $_rest"
+			_kp=$((_kp + 1))
+			;;
+		esac
+	done </tmp/agent_probes/table
+	[ "$_kp" -ge 26 ] || bad "only $_kp kprobes attached (want 26)"
+	note "$_kp kprobes attached"
+}
+
+test_agent_start() {
+	if ! agent_start; then
+		bad "agent did not log \"started\" within 120 s"
+		sed 's/^/agent.log| /' "$AGENT_LOG" | tail -n 30
+		return
+	fi
+	_l=$(log_lines '"event":"started"')
+	note "probes_attached=$(json_field "$_l" probes_attached)/$(json_field "$_l" probes_total) libcuda_targets=$(json_field "$_l" libcuda_targets)"
+	_m=$(http_get /metrics)
+	echo "$_m" | grep -q '^uvmwatch_probe_attached' || bad "/metrics has no uvmwatch_probe_attached"
+}
+
+need_agent() {
+	agent_alive && return 0
+	skip "agent not running"
+	return 1
+}
+
+# (c) mode ok: cuInit succeeds and the agent logs cuinit_end CUDA_SUCCESS.
+test_cuinit_ok() {
+	need_agent || return
+	uvm_mode ok
+	_calls=$(uvm_stat request_free_mem_region_calls)
+	run_workload /tmp/cuinit_ok/out
+	wait "$WL_PID"
+	_r=$(workload_result /tmp/cuinit_ok/out)
+	[ "$_r" = 0 ] || bad "cuInit=$_r (want 0): $(one_line </tmp/cuinit_ok/out)"
+	_k=$(pid_key "$WL_PID")
+	wait_for 20 log_has '"event":"cuinit_end"' "$_k" '"result":"CUDA_SUCCESS"' ||
+		bad "no cuinit_end CUDA_SUCCESS for pid $WL_PID"
+	[ "$(uvm_stat request_free_mem_region_calls)" -gt "$_calls" ] ||
+		bad "request_free_mem_region was not called"
+	_l=$(log_lines '"event":"cuinit_end"' "$_k")
+	[ "$(json_field "$_l" driver_calls)" -gt 0 ] 2>/dev/null ||
+		bad "the agent counted no driver calls in cuInit"
+	[ "$(json_field "$_l" device_opens)" -gt 0 ] 2>/dev/null ||
+		bad "the agent counted no device opens in cuInit"
+	note "cuInit=$_r driver_calls=$(json_field "$_l" driver_calls) device_opens=$(json_field "$_l" device_opens) duration=$(json_field "$_l" duration_seconds)s"
+}
+
+# (c) mode fail_register: the kernel's request_free_mem_region really returns -34, the module
+# writes NV_ERR_NO_MEMORY into the caller's params, and the agent reads it from there.
+test_cuinit_fail_register() {
+	need_agent || return
+	dmesg -c >/dev/null
+	echo 1 >"$UVM_PARAMS/uvm_debug_prints"
+	uvm_mode fail_register
+	run_workload /tmp/cuinit_fail_register/out
+	wait "$WL_PID"
+	uvm_mode ok
+	echo 0 >"$UVM_PARAMS/uvm_debug_prints"
+	_r=$(workload_result /tmp/cuinit_fail_register/out)
+	[ "$_r" = 3 ] || bad "cuInit=$_r (want 3)"
+	_k=$(pid_key "$WL_PID")
+	wait_for 20 log_has '"event":"driver_ioctl"' "$_k" '"ioctl":"UVM_REGISTER_GPU"' \
+		'"result":"NV_ERR_NO_MEMORY"' ||
+		bad "no driver_ioctl UVM_REGISTER_GPU NV_ERR_NO_MEMORY for pid $WL_PID"
+	wait_for 10 log_has '"event":"cuinit_end"' "$_k" '"failed_result":"NV_ERR_NO_MEMORY"' ||
+		bad "no cuinit_end naming NV_ERR_NO_MEMORY"
+	_e=$(uvm_stat last_request_free_mem_region_err)
+	[ "$_e" = -34 ] || bad "request_free_mem_region returned $_e (want -34)"
+	_d=$(dmesg | grep "request_free_mem_region() err")
+	echo "$_d" | grep -q "nvidia-uvm: uvm_pmm_gpu.c:[0-9]* devmem_alloc_pagemap\[pid:$WL_PID\] request_free_mem_region() err -34" ||
+		bad "dmesg lacks the driver's debug print: $_d"
+	note "cuInit=$_r; kernel returned $_e; dmesg: $(echo "$_d" | sed 's/^\[[^]]*\] //' | head -n1)"
+	# The kretprobe saw the -34 inside the UVM ioctl, and the diagnosis used it.
+	wait_for 10 log_has '"event":"kernel_signal"' "$_k" '"function":"request_free_mem_region"' \
+		'"result":"-34 (ERANGE)"' '"in_uvm_ioctl":true' ||
+		bad "no kernel_signal request_free_mem_region -34 for pid $WL_PID"
+	wait_for 10 log_has '"event":"cuinit_end"' "$_k" '"diagnosis":"hmm_setup_failure' ||
+		bad "cuinit_end does not name hmm_setup_failure: $(log_lines '"event":"cuinit_end"' "$_k" | head -n1)"
+	wait_for 10 log_has '"event":"diagnosis"' "$_k" '"rule":"hmm_setup_failure"' \
+		'request_free_mem_region = -34 (ERANGE)' ||
+		bad "the hmm_setup_failure finding does not carry the kernel evidence"
+	_dl=$(log_lines '"event":"diagnosis"' "$_k" '"rule":"hmm_setup_failure"' | head -n1)
+	note "diagnosis: $(json_field "$_dl" severity) $(json_field "$_dl" confidence)"
+}
+
+# (c) mode hang_register: a real D-state sleep inside the driver, reported as a stall with
+# the thread state and wchan; a second process blocks on the global lock; released by the
+# parameter, the calls return and the agent logs stall_end.
+test_cuinit_hang_register() {
+	need_agent || return
+	uvm_mode hang_register
+	run_workload /tmp/cuinit_hang_register/out
+	_p1=$WL_PID
+	if ! wait_for 30 sh -c "[ \"\$(cat $UVM_PARAMS/waiting)\" -ge 1 ]"; then
+		bad "the workload never reached the hang"
+		hang_release "$_p1"
+		return
+	fi
+	run_workload /tmp/cuinit_hang_register/out2
+	_p2=$WL_PID
+	_k1=$(pid_key "$_p1")
+	_k2=$(pid_key "$_p2")
+	if ! wait_for 20 log_has '"event":"stall"' "$_k1" '"call":"UVM_REGISTER_GPU"'; then
+		bad "no stall of UVM_REGISTER_GPU for pid $_p1 (process: state $(proc_state "$_p1"), wchan $(cat /proc/$_p1/wchan 2>/dev/null))"
+		hang_release "$_p1" "$_p2"
+		return
+	fi
+	_l=$(log_lines '"event":"stall"' "$_k1" '"call":"UVM_REGISTER_GPU"' | head -n1)
+	_st=$(json_field "$_l" thread_state)
+	_wc=$(json_field "$_l" wchan)
+	_ks=$(json_field "$_l" kernel_stack)
+	case "$_st" in D*) ;; *) bad "thread_state '$_st' (want D)" ;; esac
+	[ "$_wc" = devmem_alloc_pagemap ] || bad "wchan '$_wc' (want devmem_alloc_pagemap)"
+	echo "$_ks" | grep -q "devmem_alloc_pagemap" || note "kernel_stack lacks devmem_alloc_pagemap: '$_ks'"
+	echo "$_ks" | grep -q "uvm_gpu_retain_by_uuid" && note "kernel stack names the driver path"
+	# The second process waits for the global lock that the first holds.
+	wait_for 20 log_has '"event":"stall"' "$_k2" '"call":"UVM_REGISTER_GPU"' ||
+		bad "no stall for the second process (pid $_p2)"
+	_l2=$(log_lines '"event":"stall"' "$_k2" '"call":"UVM_REGISTER_GPU"' | head -n1)
+	_wc2=$(json_field "$_l2" wchan)
+	case "$(json_field "$_l2" thread_state)" in D*) ;; *) bad "second thread not in D" ;; esac
+	wait_for 10 log_has '"event":"stall"' "$_k1" '"call":"cuInit"' ||
+		bad "no cuInit stall for pid $_p1"
+	note "state=$_st wchan=$_wc; second waiter wchan=$_wc2"
+	say "stall record: $_l"
+	# Release: the calls continue in mode ok.
+	hang_release "$_p1" "$_p2"
+	_r1=$(workload_result /tmp/cuinit_hang_register/out)
+	_r2=$(workload_result /tmp/cuinit_hang_register/out2)
+	[ "$_r1" = 0 ] && [ "$_r2" = 0 ] || bad "after release cuInit=$_r1,$_r2 (want 0,0)"
+	wait_for 20 log_has '"event":"stall_end"' "$_k1" '"call":"UVM_REGISTER_GPU"' '"outcome":"returned"' ||
+		bad "no stall_end for UVM_REGISTER_GPU (pid $_p1)"
+	wait_for 10 log_has '"event":"stall_end"' "$_k1" '"call":"cuInit"' ||
+		bad "no stall_end for cuInit (pid $_p1)"
+	wait_for 10 log_has '"event":"cuinit_end"' "$_k1" '"result":"CUDA_SUCCESS"' ||
+		bad "no cuinit_end CUDA_SUCCESS after release"
+	_le=$(log_lines '"event":"stall_end"' "$_k1" '"call":"UVM_REGISTER_GPU"' | head -n1)
+	note "released after $(json_field "$_le" duration_seconds)s, cuInit=$_r1,$_r2"
+}
+
+# hang_release PID...: mode back to ok (the sleepers continue) and wait for the workloads.
+hang_release() {
+	uvm_mode ok
+	for _p in "$@"; do wait "$_p"; done
+}
+
+# The HMM paths of the module call the kernel's hmm_range_fault and migrate_vma_*.
+test_hmm_faults() {
+	[ -c /dev/nvidia-uvm ] || { skip "no /dev/nvidia-uvm"; return; }
+	uvm_mode ok
+	uvm-hmm-test --pages 256 >/tmp/hmm_faults/out 2>&1
+	_rc=$?
+	sed 's/^/uvm-hmm-test| /' /tmp/hmm_faults/out
+	if grep -q "^fault_read .*rm_status=0x56" /tmp/hmm_faults/out; then
+		skip "kernel without CONFIG_HMM_MIRROR"
+		return
+	fi
+	[ "$_rc" = 0 ] || bad "uvm-hmm-test exited $_rc"
+	check "register did not reserve nvidia-uvm-hmm in /proc/iomem" \
+		grep -q "^register ret=0 rm_status=0x0 iomem_hmm=1" /tmp/hmm_faults/out
+	check "hmm_range_fault (read) did not make 256 pages present" \
+		grep -q "^fault_read ret=0 rm_status=0x0 pages=256 " /tmp/hmm_faults/out
+	check "hmm_range_fault (write, UVM GPU1 BH kthread) did not make 256 pages present" \
+		grep -q "^fault_write_bh ret=0 rm_status=0x0 pages=256 " /tmp/hmm_faults/out
+	check "hmm_range_fault (non-replayable batch) did not find 256 pages present" \
+		grep -q "^fault_read_nr ret=0 rm_status=0x0 pages=256 " /tmp/hmm_faults/out
+	check "UVM_MIGRATE failed" grep -q "^migrate ret=0 rm_status=0x0" /tmp/hmm_faults/out
+	grep -q "nvidia-uvm-hmm" /proc/iomem && bad "nvidia-uvm-hmm still reserved after exit"
+	note "$(cat $UVM_PARAMS/stats | tr ' ' '\n' | grep -E '^(fault|migrate)' | tr '\n' ' ')"
+}
+
+# (d) rmmod nvidia_uvm while the agent runs: the agent keeps running; the stale node then
+# fails to open (ENXIO, seen by the agent); after reloading, cuInit works and is seen again.
+# Kernel-side aggregates move when the module is exercised (after the tests above).
+test_kprobe_metrics() {
+	need_agent || return
+	_moved=""
+	for _fn in uvm_api_register_gpu uvm_va_space_register_gpu uvm_gpu_retain_by_uuid \
+		request_free_mem_region hmm_range_fault migrate_vma_setup migrate_vma_pages \
+		migrate_vma_finalize uvm_parent_gpu_service_replayable_faults \
+		uvm_parent_gpu_service_non_replayable_fault_buffer; do
+		_c=$(metric "uvmwatch_kernel_function_duration_seconds_count{function=\"$_fn\"}")
+		case "$_c" in "" | 0) bad "$_fn: no calls counted" ;; *) _moved="$_moved $_fn=$_c" ;; esac
+	done
+	_ok=$(metric 'uvmwatch_kernel_function_calls_total{function="uvm_api_register_gpu",result="NV_OK"}')
+	case "$_ok" in "" | 0) bad "no uvm_api_register_gpu NV_OK" ;; esac
+	_err=$(metric 'uvmwatch_kernel_function_calls_total{function="request_free_mem_region",result="ERANGE"}')
+	case "$_err" in "" | 0) bad "request_free_mem_region ERANGE not counted" ;; esac
+	for _fn in memremap_pages uvm_hmm_va_block_service_locked uvm_hmm_migrate_ranges; do
+		_moved="$_moved $_fn=$(metric "uvmwatch_kernel_function_duration_seconds_count{function=\"$_fn\"}")"
+	done
+	note "counts:$_moved"
+}
+
+test_rmmod_while_running() {
+	need_agent || return
+	check "rmmod nvidia_uvm failed" rmmod nvidia_uvm || return
+	wait_for 10 log_has '"event":"module_unloaded"' ||
+		bad "the agent did not notice nvidia_uvm being unloaded"
+	sleep 2
+	agent_alive || { bad "agent died after rmmod"; return; }
+	run_workload /tmp/rmmod_while_running/out
+	wait "$WL_PID"
+	_r=$(workload_result /tmp/rmmod_while_running/out)
+	_k=$(pid_key "$WL_PID")
+	[ "$_r" != 0 ] || bad "cuInit succeeded with the module unloaded"
+	wait_for 20 log_has '"event":"device_open_failed"' "$_k" '"path":"/dev/nvidia-uvm"' ||
+		bad "no device_open_failed for /dev/nvidia-uvm"
+	_l=$(log_lines '"event":"device_open_failed"' "$_k" | head -n1)
+	note "unloaded: cuInit=$_r, open errno $(json_field "$_l" errno)"
+	check "reload failed" load_uvm || return
+	wait_for 10 log_has '"event":"module_loaded"' ||
+		bad "the agent did not notice nvidia_uvm being loaded again"
+	run_workload /tmp/rmmod_while_running/out2
+	wait "$WL_PID"
+	_r=$(workload_result /tmp/rmmod_while_running/out2)
+	[ "$_r" = 0 ] || bad "cuInit=$_r after reload"
+	wait_for 20 log_has '"event":"cuinit_end"' "$(pid_key "$WL_PID")" '"result":"CUDA_SUCCESS"' ||
+		bad "agent did not see cuInit after reload"
+	agent_alive || bad "agent died"
+	note "reloaded: cuInit=$_r"
+}
+
+test_agent_stop() {
+	need_agent || return
+	agent_stop
+	_rc=$?
+	[ "$_rc" = 0 ] || bad "agent exited $_rc on SIGTERM"
+	check "no \"stopped\" record" log_has '"event":"stopped"'
+	_errs=$(grep -c '"level":"ERROR"' "$AGENT_LOG")
+	note "agent log: $(wc -l <"$AGENT_LOG") records, $_errs at ERROR (the stall reports)"
+}
+
+# After the tests: the agent log and the kernel log go to the console log (not parsed).
+vmtest_finish() {
+	agent_stop >/dev/null 2>&1
+	sed 's/^/agent.log| /' "$AGENT_LOG" 2>/dev/null
+	dmesg | grep -v "^\[ *0\.\|ACPI\|PCI\|pci " | tail -n 80 | sed 's/^/dmesg| /'
+}
