@@ -25,6 +25,20 @@ pub const APT_PACKAGES: &[&str] = &[
     "mount",
     "prometheus",
     "curl",
+    // `python3 -m venv` with pip, for the deploy/ checks.
+    "python3-venv",
+];
+
+/// Debian packages that `cargo xtask vm-test` (and `setup --vm`) needs on top: qemu, a
+/// static busybox and cpio for the initramfs, and what the kernel packages' kbuild needs
+/// to build the test module (make; libelf1 for its tools). The kernels themselves are
+/// downloaded with `apt-get download` into `target/vmtest/`, never installed.
+pub const VM_APT_PACKAGES: &[&str] = &[
+    "qemu-system-x86",
+    "busybox-static",
+    "cpio",
+    "make",
+    "libelf1",
 ];
 
 /// The user-space toolchain (`rust-toolchain.toml`).
@@ -48,11 +62,24 @@ const POLICY_RC_D: &str = "/usr/sbin/policy-rc.d";
 /// # Errors
 /// An install command failed, or installing needs root and this is not root.
 pub fn run(check_only: bool) -> Result<bool> {
+    run_with(check_only, false)
+}
+
+/// [`run`], plus the packages of `cargo xtask vm-test` when `vm` (`setup --vm`).
+///
+/// # Errors
+/// As [`run`].
+pub fn run_with(check_only: bool, vm: bool) -> Result<bool> {
     let mut all = true;
-    all &= apt(check_only)?;
+    all &= apt(APT_PACKAGES, "apt packages", check_only)?;
+    if vm {
+        all &= apt(VM_APT_PACKAGES, "apt packages for vm-test", check_only)?;
+    }
     all &= toolchain(STABLE, STABLE_COMPONENTS, check_only)?;
     all &= toolchain(NIGHTLY, NIGHTLY_COMPONENTS, check_only)?;
     all &= bpf_linker(check_only)?;
+    all &= deploy_check_packages(check_only)?;
+    all &= perfetto_check_packages(check_only)?;
     tracefs();
     if check_only && !all {
         println!("setup: something is missing; `cargo xtask setup` installs it");
@@ -77,38 +104,50 @@ fn dpkg_installed(pkg: &str) -> Option<bool> {
     Some(out.status.success() && String::from_utf8_lossy(&out.stdout).ends_with(" installed"))
 }
 
-fn apt(check_only: bool) -> Result<bool> {
+/// Installs the packages `cargo xtask vm-test` needs when missing (the set-up for `vm-test`).
+///
+/// # Errors
+/// As [`run`].
+pub fn ensure_vm() -> Result<()> {
+    ensure()?;
+    if !apt(VM_APT_PACKAGES, "apt packages for vm-test", false)? {
+        bail!("vm-test packages missing (see above)");
+    }
+    Ok(())
+}
+
+fn apt(packages: &[&str], what: &str, check_only: bool) -> Result<bool> {
     let mut missing = Vec::new();
-    for pkg in APT_PACKAGES {
+    for pkg in packages {
         match dpkg_installed(pkg) {
             Some(true) => {}
             Some(false) => missing.push(*pkg),
             None => {
                 println!(
                     "warn: no dpkg-query (not Debian-like?); make sure these are installed: {}",
-                    APT_PACKAGES.join(" ")
+                    packages.join(" ")
                 );
                 return Ok(true);
             }
         }
     }
     if missing.is_empty() {
-        println!("ok: apt packages ({})", APT_PACKAGES.join(" "));
+        println!("ok: {what} ({})", packages.join(" "));
         return Ok(true);
     }
     let list = missing.join(" ");
     if check_only {
-        println!("missing: apt packages ({list})");
+        println!("missing: {what} ({list})");
         return Ok(false);
     }
     if !is_root() {
         println!(
-            "failed: apt packages missing ({list}); installing them needs root: run `cargo xtask \
+            "failed: {what} missing ({list}); installing them needs root: run `cargo xtask \
              setup` as root, or `apt-get install -y --no-install-recommends {list}`"
         );
         bail!("apt packages missing and not root");
     }
-    println!("installing: apt packages ({list})");
+    println!("installing: {what} ({list})");
     // Keep package scripts from starting daemons (the prometheus package would start a
     // server on :9090): the usual container hook, only while we install.
     let placed_policy = !Path::new(POLICY_RC_D).exists()
@@ -267,6 +306,98 @@ fn bpf_linker(check_only: bool) -> Result<bool> {
         println!("installing: {what}{had}, a few minutes: {}", describe(&cmd));
     }
     run_inherit(&mut cmd)?;
+    Ok(true)
+}
+
+/// PyPI packages for the offline checks of `deploy/` (run by `agent/tests/deploy.rs`): the
+/// Kubernetes schemas (`kubernetes-validate`), models generated from the Prometheus
+/// Operator's CRDs (the last release whose models install on Python 3.11), both used by
+/// `deploy/kubernetes/validate.py`, BuildKit's Dockerfile parser (`dockerfile`) for the
+/// container build file, and libseccomp's bindings (`pyseccomp`, over the system's
+/// libseccomp.so.2) for running the agent under the systemd unit's system call filter
+/// (`deploy/systemd/syscall-filter.py`).
+pub const DEPLOY_CHECK_PACKAGES: &[&str] = &[
+    "kubernetes-validate==1.37.0",
+    "cloudcoil-models-prometheus-operator==0.80.1.0",
+    "dockerfile==3.4.0",
+    "pyseccomp==0.1.2",
+];
+/// Where they go: a virtual environment of their own, under `target/`.
+pub const DEPLOY_CHECK_VENV: &str = "target/tools/deploy-venv";
+/// What the venv must import to count as set up.
+const DEPLOY_CHECK_IMPORTS: &str =
+    "import kubernetes_validate, yaml, dockerfile, pyseccomp, cloudcoil.models.prometheus_operator.v1";
+
+/// Python packages for checking capture files against Perfetto's own trace definitions
+/// (`perfetto_trace_pb2`, generated from protos/perfetto/trace/perfetto_trace.proto).
+pub const PERFETTO_CHECK_PACKAGES: &[&str] = &["perfetto==0.59.1", "protobuf==7.36.2"];
+/// Their virtual environment (agent/tests/capture.rs looks here).
+pub const PERFETTO_CHECK_VENV: &str = "target/tools/perfetto-venv";
+
+fn deploy_check_packages(check_only: bool) -> Result<bool> {
+    python_venv(
+        check_only,
+        "the deploy/ checks",
+        DEPLOY_CHECK_VENV,
+        DEPLOY_CHECK_PACKAGES,
+        DEPLOY_CHECK_IMPORTS,
+    )
+}
+
+fn perfetto_check_packages(check_only: bool) -> Result<bool> {
+    python_venv(
+        check_only,
+        "the capture checks",
+        PERFETTO_CHECK_VENV,
+        PERFETTO_CHECK_PACKAGES,
+        "from perfetto.protos.perfetto.trace import perfetto_trace_pb2",
+    )
+}
+
+/// Makes sure the virtual environment `venv` (relative to the workspace) exists and imports
+/// `imports`, installing `packages` with pip when not. Returns whether it is present.
+fn python_venv(
+    check_only: bool,
+    purpose: &str,
+    venv: &str,
+    packages: &[&str],
+    imports: &str,
+) -> Result<bool> {
+    let what = format!(
+        "python packages for {purpose} ({}) in {venv}",
+        packages.join(" ")
+    );
+    let dir = crate::util::workspace_root().join(venv);
+    let python = dir.join("bin/python3");
+    let present = python.is_file()
+        && Command::new(&python)
+            .args(["-c", imports])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+    if present {
+        println!("ok: {what}");
+        return Ok(true);
+    }
+    if check_only {
+        println!("missing: {what}");
+        return Ok(false);
+    }
+    println!("installing: {what}");
+    if !python.is_file() {
+        run_inherit(Command::new("python3").arg("-m").arg("venv").arg(&dir))?;
+    }
+    run_inherit(
+        Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .args(packages),
+    )?;
     Ok(true)
 }
 

@@ -89,7 +89,11 @@ pub struct Prometheus {
 impl Prometheus {
     /// Starts `prometheus` with `config` (YAML text) and the extra files written next to it
     /// (name, text); waits until `/-/ready` answers. `Err` when it does not come up.
-    pub fn start(binary: &Path, config: &str, files: &[(&str, &str)]) -> Result<Prometheus, String> {
+    pub fn start(
+        binary: &Path,
+        config: &str,
+        files: &[(&str, &str)],
+    ) -> Result<Prometheus, String> {
         let dir = tempfile::Builder::new()
             .prefix("uvmwatch-prometheus")
             .tempdir()
@@ -164,7 +168,13 @@ impl Prometheus {
     }
 
     /// A range query.
-    pub fn query_range(&self, expr: &str, start: f64, end: f64, step: f64) -> Result<Value, String> {
+    pub fn query_range(
+        &self,
+        expr: &str,
+        start: f64,
+        end: f64,
+        step: f64,
+    ) -> Result<Value, String> {
         self.api(&format!(
             "query_range?query={}&start={start:.3}&end={end:.3}&step={step}",
             urlencode(expr)
@@ -238,11 +248,8 @@ pub fn has_data(data: &Value) -> bool {
             .as_array()
             .is_some_and(|r| r.iter().any(|s| num(&s["value"]))),
         Some("matrix") => data["result"].as_array().is_some_and(|r| {
-            r.iter().any(|s| {
-                s["values"]
-                    .as_array()
-                    .is_some_and(|vs| vs.iter().any(num))
-            })
+            r.iter()
+                .any(|s| s["values"].as_array().is_some_and(|vs| vs.iter().any(num)))
         }),
         Some("scalar") => num(&data["result"]),
         _ => false,
@@ -314,7 +321,11 @@ pub fn dashboard_queries() -> Vec<DashQuery> {
                 }
             }
         }
-        for a in d["annotations"]["list"].as_array().cloned().unwrap_or_default() {
+        for a in d["annotations"]["list"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+        {
             if let Some(expr) = a["expr"].as_str() {
                 out.push(DashQuery {
                     dashboard: name.clone(),
@@ -324,7 +335,11 @@ pub fn dashboard_queries() -> Vec<DashQuery> {
                 });
             }
         }
-        for v in d["templating"]["list"].as_array().cloned().unwrap_or_default() {
+        for v in d["templating"]["list"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+        {
             if v["type"] != "query" {
                 continue;
             }
@@ -332,8 +347,9 @@ pub fn dashboard_queries() -> Vec<DashQuery> {
                 .as_str()
                 .or_else(|| v["query"].as_str())
                 .unwrap_or("");
-            let (sel, label) = parse_label_values(q)
-                .unwrap_or_else(|| panic!("{name}: variable {}: not label_values(): {q}", v["name"]));
+            let (sel, label) = parse_label_values(q).unwrap_or_else(|| {
+                panic!("{name}: variable {}: not label_values(): {q}", v["name"])
+            });
             out.push(DashQuery {
                 dashboard: name.clone(),
                 what: format!("variable {}", v["name"].as_str().unwrap_or("")),
