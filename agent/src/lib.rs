@@ -6,6 +6,8 @@
 //! libcuda to probe; [`metrics`] and [`http`] export the result.
 
 pub mod agent;
+pub mod annotate;
+pub mod capture;
 pub mod discovery;
 pub mod doctor;
 pub mod events;

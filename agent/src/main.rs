@@ -50,6 +50,10 @@ enum Cmd {
     },
     /// Diagnose why CUDA initialisation fails or hangs on this machine (or a snapshot).
     Doctor(DoctorArgs),
+    /// Record what the agent sees about some processes into a Perfetto or Chrome JSON trace.
+    Capture(uvmwatch::capture::CaptureArgs),
+    /// Merge a capture into a PyTorch profiler (Kineto) Chrome trace of the same run.
+    Annotate(uvmwatch::annotate::AnnotateArgs),
     /// Print the metrics reference (Markdown) generated from the code.
     MetricsDoc,
     /// Internal: dlopen LIB and call cuInit(0) (used by `doctor --probe`).
@@ -175,6 +179,8 @@ fn main() -> ExitCode {
         }
         Cmd::Probes { libcuda } => probes_cmd(libcuda),
         Cmd::Doctor(a) => doctor_cmd(a),
+        Cmd::Capture(a) => uvmwatch::capture::capture_cmd(a),
+        Cmd::Annotate(a) => uvmwatch::annotate::annotate_cmd(a),
         Cmd::CuinitChild { lib } => Ok(ExitCode::from(uvmwatch::doctor::probe::cuinit_child(&lib))),
         Cmd::MetricsDoc => {
             print!("{}", uvmwatch::metrics::reference_markdown());

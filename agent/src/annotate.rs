@@ -1,0 +1,977 @@
+//! `uvmwatch annotate`: merges a capture's driver activity into a PyTorch profiler
+//! (Kineto) Chrome trace of the same run.
+//!
+//! Each captured process is matched to the profiler's process by the pid the process
+//! sees for itself (the last `NSpid` entry, which the capture records beside the host
+//! pid), so a workload in a container lines up. Capture times (`CLOCK_MONOTONIC`) become
+//! wall-clock time with the offset measured when the capture started, then Kineto time:
+//! microseconds relative to the trace's `baseTimeNanoseconds` (or since the Unix epoch in
+//! traces without it). The uvmwatch events go on their own thread tracks under the
+//! matched process (`uvmwatch: <thread> (host tid N)`), with `uvmwatch,<category>`
+//! categories, so they never break the nesting of the profiler's own slices.
+//!
+//! Perfetto drops events with negative timestamps, so by default what precedes
+//! `baseTimeNanoseconds` is left out, a slice running across it starts at it (its real
+//! start kept in `clipped_start_ns`) and each counter carries its last earlier value to
+//! it; `--keep-before-base` keeps them as negative times for `chrome://tracing`.
+//!
+//! The profiler's file is not re-serialised: the new events are inserted as text at the
+//! end of its `traceEvents` array and a `uvmwatch` member at the end of the top-level
+//! object, so every other byte stays as it was.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    io::{Read, Write},
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::capture::{
+    self,
+    chrome::{self, micros, quote, Obj},
+    model::{Capture, Event, Kind, Process},
+};
+
+/// Synthetic thread ids of the uvmwatch tracks: this plus the host tid. Real tids stay
+/// below 2^22 (`pid_max`), so they never collide with the profiler's threads.
+pub const TRACK_TID_BASE: u32 = 1_000_000_000;
+
+/// Arguments of `uvmwatch annotate`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct AnnotateArgs {
+    /// The PyTorch profiler (Kineto) trace: Chrome JSON, gzip-compressed or not.
+    #[arg(long, value_name = "PROFILER.json")]
+    pub trace: PathBuf,
+    /// The `uvmwatch capture` file of the same run (chrome-json or perfetto).
+    #[arg(long, value_name = "FILE")]
+    pub capture: PathBuf,
+    /// Where to write the annotated trace (gzip-compressed when the name ends in `.gz`).
+    #[arg(short = 'o', long = "output", value_name = "OUT.json")]
+    pub output: PathBuf,
+    /// Use only this captured process (host pid), e.g. when several match the trace.
+    #[arg(long, value_name = "HOST_PID")]
+    pub pid: Option<u32>,
+    /// With --pid: put its events under this pid of the trace instead of the pid the
+    /// process sees for itself.
+    #[arg(long, value_name = "PID", requires = "pid")]
+    pub trace_pid: Option<u32>,
+    /// Keep only the uvmwatch events that overlap the profiler's recorded window.
+    #[arg(long)]
+    pub window_only: bool,
+    /// Keep events from before the trace's baseTimeNanoseconds as negative timestamps
+    /// (chrome://tracing shows them, Perfetto drops them). By default they are left out,
+    /// and slices running across it start at it.
+    #[arg(long)]
+    pub keep_before_base: bool,
+}
+
+/// How to annotate.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Only this captured process (host pid).
+    pub pid: Option<u32>,
+    /// Its pid in the trace, overriding the match.
+    pub trace_pid: Option<u32>,
+    /// Drop events outside the profiler's window.
+    pub window_only: bool,
+    /// Keep events before `baseTimeNanoseconds` as negative timestamps (chrome://tracing
+    /// shows them; Perfetto drops them).
+    pub keep_before_base: bool,
+    /// Name of the capture file, recorded in the output's metadata.
+    pub capture_name: String,
+}
+
+/// A captured process placed in the trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    /// Host pid (in the capture).
+    pub host_pid: u32,
+    /// Pid in the trace.
+    pub trace_pid: u32,
+    /// Process name.
+    pub comm: String,
+    /// Events added for it.
+    pub events: usize,
+}
+
+/// What [`annotate`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Processes placed.
+    pub mapped: Vec<Mapping>,
+    /// Captured processes left out, and why.
+    pub skipped: Vec<(u32, String)>,
+    /// Events left out by `window_only`.
+    pub outside_window: usize,
+    /// Events that ended before the trace's base time, left out (Perfetto drops
+    /// negative timestamps).
+    pub before_base: usize,
+    /// Slices that started before the base time, drawn from it.
+    pub clipped: usize,
+    /// The trace's `baseTimeNanoseconds`, when it has one.
+    pub base_ns: Option<u64>,
+    /// Warnings (e.g. no overlap in time).
+    pub warnings: Vec<String>,
+}
+
+/// Byte ranges of JSON values in a text already known to be valid JSON.
+mod scan {
+    use anyhow::{bail, Result};
+
+    /// `[start, end)` of a value.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Span {
+        pub start: usize,
+        pub end: usize,
+    }
+
+    pub fn skip_ws(b: &[u8], mut i: usize) -> usize {
+        while i < b.len() && matches!(b[i], b' ' | b'\t' | b'\n' | b'\r') {
+            i += 1;
+        }
+        i
+    }
+
+    /// End (exclusive) of the string starting at `i` (a `"`).
+    fn string_end(b: &[u8], mut i: usize) -> Result<usize> {
+        i += 1;
+        while i < b.len() {
+            match b[i] {
+                b'\\' => i += 2,
+                b'"' => return Ok(i + 1),
+                _ => i += 1,
+            }
+        }
+        bail!("unterminated string")
+    }
+
+    /// End (exclusive) of the value starting at `i`.
+    pub fn value_end(b: &[u8], i: usize) -> Result<usize> {
+        match b.get(i) {
+            Some(b'"') => string_end(b, i),
+            Some(b'{') | Some(b'[') => {
+                let mut depth = 0usize;
+                let mut j = i;
+                while j < b.len() {
+                    match b[j] {
+                        b'"' => {
+                            j = string_end(b, j)?;
+                            continue;
+                        }
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                return Ok(j + 1);
+                            }
+                        }
+                        _ => {}
+                    }
+                    j += 1;
+                }
+                bail!("unterminated object or array")
+            }
+            Some(_) => {
+                let mut j = i;
+                while j < b.len()
+                    && !matches!(b[j], b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
+                {
+                    j += 1;
+                }
+                Ok(j)
+            }
+            None => bail!("unexpected end"),
+        }
+    }
+
+    /// Members of the object at `i` (a `{`): (raw key including quotes, value span), and
+    /// the position of its closing `}`.
+    pub fn members(b: &[u8], i: usize) -> Result<(Vec<(Span, Span)>, usize)> {
+        let mut out = Vec::new();
+        let mut j = skip_ws(b, i + 1);
+        if b.get(j) == Some(&b'}') {
+            return Ok((out, j));
+        }
+        loop {
+            let ks = j;
+            let ke = string_end(b, ks)?;
+            j = skip_ws(b, ke);
+            if b.get(j) != Some(&b':') {
+                bail!("expected ':' at byte {j}");
+            }
+            let vs = skip_ws(b, j + 1);
+            let ve = value_end(b, vs)?;
+            out.push((Span { start: ks, end: ke }, Span { start: vs, end: ve }));
+            j = skip_ws(b, ve);
+            match b.get(j) {
+                Some(b',') => j = skip_ws(b, j + 1),
+                Some(b'}') => return Ok((out, j)),
+                _ => bail!("expected ',' or '}}' at byte {j}"),
+            }
+        }
+    }
+
+    /// Elements of the array at `i` (a `[`), and the position of its closing `]`.
+    pub fn elements(b: &[u8], i: usize) -> Result<(Vec<Span>, usize)> {
+        let mut out = Vec::new();
+        let mut j = skip_ws(b, i + 1);
+        if b.get(j) == Some(&b']') {
+            return Ok((out, j));
+        }
+        loop {
+            let e = value_end(b, j)?;
+            out.push(Span { start: j, end: e });
+            j = skip_ws(b, e);
+            match b.get(j) {
+                Some(b',') => j = skip_ws(b, j + 1),
+                Some(b']') => return Ok((out, j)),
+                _ => bail!("expected ',' or ']' at byte {j}"),
+            }
+        }
+    }
+}
+
+/// The few fields of a trace event read to place the uvmwatch events.
+#[derive(Deserialize)]
+struct Peek {
+    #[serde(default)]
+    ph: Option<String>,
+    #[serde(default)]
+    pid: Option<Value>,
+    #[serde(default)]
+    ts: Option<Value>,
+    #[serde(default)]
+    dur: Option<Value>,
+}
+
+/// What the profiler's trace holds, as far as placing events goes.
+struct TraceFacts {
+    /// `[start, end)` of its events, ns on its own time base.
+    window: Option<(i128, i128)>,
+    /// Integer pids of its events.
+    pids: BTreeSet<u32>,
+}
+
+fn facts(text: &str, events: &[scan::Span]) -> Result<TraceFacts> {
+    let mut lo = i128::MAX;
+    let mut hi = i128::MIN;
+    let mut pids = BTreeSet::new();
+    for s in events {
+        let p: Peek = serde_json::from_str(&text[s.start..s.end])
+            .with_context(|| format!("trace event at byte {}", s.start))?;
+        if let Some(pid) = p.pid.as_ref().and_then(Value::as_u64) {
+            pids.insert(pid as u32);
+        }
+        if p.ph.as_deref() == Some("M") {
+            continue;
+        }
+        if let Some(ts) = p.ts.as_ref().and_then(chrome::nanos) {
+            let dur = p.dur.as_ref().and_then(chrome::nanos).unwrap_or(0);
+            lo = lo.min(ts);
+            hi = hi.max(ts + dur.max(0));
+        }
+    }
+    Ok(TraceFacts {
+        window: (lo <= hi).then_some((lo, hi)),
+        pids,
+    })
+}
+
+/// Reads a file, gunzipping it when it is gzip.
+fn read_maybe_gz(path: &Path) -> Result<Vec<u8>> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(&bytes[..])
+            .read_to_end(&mut out)
+            .with_context(|| format!("gunzipping {}", path.display()))?;
+        Ok(out)
+    } else {
+        Ok(bytes)
+    }
+}
+
+/// Picks the trace pid of each captured process (see the module documentation).
+fn map_processes(
+    capture: &Capture,
+    facts: &TraceFacts,
+    to_trace_ns: &dyn Fn(u64) -> i128,
+    opts: &Options,
+    summary: &mut Summary,
+) -> Result<Vec<(Process, u32)>> {
+    if let Some(host) = opts.pid {
+        let p = capture.process(host).with_context(|| {
+            format!(
+                "--pid {host}: no such process in the capture (it has {})",
+                pid_list(capture)
+            )
+        })?;
+        let tp = opts.trace_pid.unwrap_or(p.self_pid());
+        if !facts.pids.contains(&tp) {
+            summary.warnings.push(format!(
+                "pid {tp} has no events in the profiler trace; the uvmwatch tracks form a process of their own"
+            ));
+        }
+        for o in &capture.processes {
+            if o.pid != host {
+                summary.skipped.push((o.pid, format!("not --pid {host}")));
+            }
+        }
+        return Ok(vec![(p.clone(), tp)]);
+    }
+    // Processes of the capture by the pid they see, with the time span of their events.
+    let mut by_pid: BTreeMap<u32, Vec<&Process>> = BTreeMap::new();
+    for p in &capture.processes {
+        if facts.pids.contains(&p.self_pid()) {
+            by_pid.entry(p.self_pid()).or_default().push(p);
+        } else {
+            summary.skipped.push((
+                p.pid,
+                format!("pid {} is not in the profiler trace", p.self_pid()),
+            ));
+        }
+    }
+    let span = |pid: u32| {
+        let ts: Vec<i128> = capture
+            .events
+            .iter()
+            .filter(|e| e.pid == pid)
+            .flat_map(|e| [to_trace_ns(e.ts_ns), to_trace_ns(e.end_ns())])
+            .collect();
+        (
+            ts.iter().copied().min().unwrap_or(0),
+            ts.iter().copied().max().unwrap_or(0),
+        )
+    };
+    let mut out = Vec::new();
+    for (tp, procs) in by_pid {
+        if procs.len() == 1 {
+            out.push((procs[0].clone(), tp));
+            continue;
+        }
+        // Several containers' processes see the same pid: keep the one active while the
+        // profiler recorded.
+        let overlapping: Vec<&&Process> = procs
+            .iter()
+            .filter(|p| match facts.window {
+                Some((lo, hi)) => {
+                    let (a, b) = span(p.pid);
+                    a <= hi && b >= lo
+                }
+                None => false,
+            })
+            .collect();
+        if overlapping.len() != 1 {
+            let list: Vec<String> = procs.iter().map(|p| p.pid.to_string()).collect();
+            bail!(
+                "several captured processes see themselves as pid {tp} (host pids {}); choose one with --pid",
+                list.join(", ")
+            );
+        }
+        for p in &procs {
+            if p.pid != overlapping[0].pid {
+                summary.skipped.push((
+                    p.pid,
+                    format!(
+                        "pid {tp} taken by host pid {}, active in the profiler's window",
+                        overlapping[0].pid
+                    ),
+                ));
+            }
+        }
+        out.push(((*overlapping[0]).clone(), tp));
+    }
+    if out.is_empty() {
+        bail!(
+            "no captured process is in the profiler trace (capture: {}; trace pids: {}); choose one with --pid",
+            pid_list(capture),
+            facts
+                .pids
+                .iter()
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(out)
+}
+
+fn pid_list(c: &Capture) -> String {
+    if c.processes.is_empty() {
+        return "no processes".into();
+    }
+    c.processes
+        .iter()
+        .map(|p| match p.ns_pid {
+            Some(n) => format!("{} {} (pid {n} inside its namespace)", p.name, p.pid),
+            None => format!("{} {}", p.name, p.pid),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// An event to insert, at `at` ns on the trace's time base.
+struct Item {
+    ev: Event,
+    at: i128,
+}
+
+/// Perfetto drops events before the trace's time zero, so what precedes
+/// `baseTimeNanoseconds` is moved or left out: a slice that ends after it starts at 0
+/// (its real start kept in `clipped_start_ns`), each counter keeps its last value from
+/// before at 0, and earlier slices and instants are left out (counted).
+fn clip_before_base(items: &mut Vec<Item>, summary: &mut Summary) {
+    // The last sample at or before 0 of each counter.
+    let mut last_before: BTreeMap<(u32, String), i128> = BTreeMap::new();
+    for it in items.iter() {
+        if matches!(it.ev.kind, Kind::Counter { .. }) && it.at <= 0 {
+            let k = (it.ev.pid, it.ev.name.clone());
+            let e = last_before.entry(k).or_insert(it.at);
+            *e = (*e).max(it.at);
+        }
+    }
+    items.retain_mut(|it| {
+        if it.at >= 0 {
+            return true;
+        }
+        match it.ev.kind {
+            Kind::Counter { .. } => {
+                let keep = last_before.get(&(it.ev.pid, it.ev.name.clone())) == Some(&it.at);
+                it.at = 0;
+                keep
+            }
+            Kind::Slice { dur_ns } => {
+                let end = it.at + dur_ns as i128;
+                if end <= 0 {
+                    summary.before_base += 1;
+                    return false;
+                }
+                it.ev.args.push((
+                    "clipped_start_ns".into(),
+                    capture::model::Arg::Int(i64::try_from(it.at).unwrap_or(i64::MIN)),
+                ));
+                it.ev.args.sort_by(|a, b| a.0.cmp(&b.0));
+                it.ev.kind = Kind::Slice { dur_ns: end as u64 };
+                it.at = 0;
+                summary.clipped += 1;
+                true
+            }
+            Kind::Instant => {
+                summary.before_base += 1;
+                false
+            }
+        }
+    });
+}
+
+/// Merges `capture` into the profiler trace `text`; returns the new text.
+///
+/// # Errors
+/// The trace is not a JSON object with a `traceEvents` array (or a bare array), is
+/// already annotated, or no captured process can be placed.
+pub fn annotate(text: &str, capture: &Capture, opts: &Options) -> Result<(String, Summary)> {
+    serde_json::from_str::<serde::de::IgnoredAny>(text)
+        .context("the profiler trace is not valid JSON")?;
+    let b = text.as_bytes();
+    let root = scan::skip_ws(b, 0);
+    let mut summary = Summary::default();
+    // Where the events go, the existing events, and where the metadata member goes.
+    let (events, close, meta_at) = match b.get(root) {
+        Some(b'{') => {
+            let (members, _) = scan::members(b, root)?;
+            let mut events = None;
+            for (k, v) in &members {
+                let key: String = serde_json::from_str(&text[k.start..k.end])?;
+                match key.as_str() {
+                    "traceEvents" => {
+                        if b[v.start] != b'[' {
+                            bail!("traceEvents is not an array");
+                        }
+                        events = Some(scan::elements(b, v.start)?);
+                    }
+                    "baseTimeNanoseconds" => {
+                        let raw = text[v.start..v.end].trim_matches('"');
+                        summary.base_ns = Some(raw.parse().with_context(|| {
+                            format!("baseTimeNanoseconds {raw:?} is not a number")
+                        })?);
+                    }
+                    "uvmwatch" => bail!("the trace is already annotated by uvmwatch"),
+                    _ => {}
+                }
+            }
+            let (els, close) = events.context("the trace has no traceEvents array")?;
+            let last = members.last().map(|(_, v)| v.end);
+            (els, close, last)
+        }
+        Some(b'[') => {
+            let (els, close) = scan::elements(b, root)?;
+            (els, close, None)
+        }
+        _ => bail!("the profiler trace is neither a JSON object nor an array"),
+    };
+    let facts = facts(text, &events)?;
+    let base = summary.base_ns.map(|b| b as i128).unwrap_or(0);
+    let offset = capture.meta.clock.offset_ns;
+    let to_trace_ns = move |mono: u64| mono as i128 + offset - base;
+    let mapped = map_processes(capture, &facts, &to_trace_ns, opts, &mut summary)?;
+
+    let clip = summary.base_ns.is_some() && !opts.keep_before_base;
+    let mut lines: Vec<String> = Vec::new();
+    let mut in_window = 0usize;
+    let mut considered = 0usize;
+    for (p, tp) in &mapped {
+        // The process's events, then the drop total on its own counter track.
+        let own = capture.events.iter().filter(|e| e.pid == p.pid);
+        let drops = capture.events.iter().filter(|e| {
+            e.pid == capture.meta.agent_pid && e.name == capture::model::DROPPED_COUNTER
+        });
+        let mut items: Vec<Item> = Vec::new();
+        for e in own.chain(drops) {
+            let (a, z) = (to_trace_ns(e.ts_ns), to_trace_ns(e.end_ns()));
+            let inside = facts.window.is_some_and(|(lo, hi)| a <= hi && z >= lo);
+            if e.pid == p.pid {
+                considered += 1;
+                if inside {
+                    in_window += 1;
+                }
+            }
+            if opts.window_only && !inside {
+                summary.outside_window += 1;
+                continue;
+            }
+            let mut ev = e.clone();
+            if let Kind::Counter { .. } = ev.kind {
+                ev.name = format!("uvmwatch {}", e.name);
+            }
+            items.push(Item { ev, at: a });
+        }
+        if clip {
+            clip_before_base(&mut items, &mut summary);
+        }
+        if !items.iter().any(|i| i.ev.pid == p.pid) {
+            items.clear();
+        }
+        let tids: BTreeSet<u32> = items
+            .iter()
+            .filter_map(|i| i.ev.tid.filter(|_| i.ev.pid == p.pid))
+            .collect();
+        for (i, t) in tids.iter().enumerate() {
+            let tname = capture
+                .threads
+                .iter()
+                .find(|x| x.pid == p.pid && x.tid == *t)
+                .map(|x| x.name.clone())
+                .unwrap_or_else(|| format!("thread {t}"));
+            lines.push(chrome::metadata_json(
+                "thread_name",
+                *tp,
+                TRACK_TID_BASE + t,
+                Obj::new().str("name", &format!("uvmwatch: {tname} (host tid {t})")),
+            ));
+            lines.push(chrome::metadata_json(
+                "thread_sort_index",
+                *tp,
+                TRACK_TID_BASE + t,
+                Obj::new().int("sort_index", -1000 + i as i64),
+            ));
+        }
+        let mut added = 0usize;
+        for it in &items {
+            let tid = match it.ev.tid {
+                Some(t) if it.ev.pid == p.pid => TRACK_TID_BASE + t,
+                _ => *tp,
+            };
+            lines.push(chrome::event_json(
+                &it.ev,
+                *tp,
+                tid,
+                &micros(it.at),
+                &format!("uvmwatch,{}", it.ev.cat),
+            ));
+            if it.ev.pid == p.pid {
+                added += 1;
+            }
+        }
+        summary.mapped.push(Mapping {
+            host_pid: p.pid,
+            trace_pid: *tp,
+            comm: p.name.clone(),
+            events: added,
+        });
+    }
+    if in_window == 0 && considered > 0 {
+        summary.warnings.push(
+            "no captured event falls inside the profiler's window: check that the capture and the trace are of the same run".into(),
+        );
+    }
+
+    let mut out =
+        String::with_capacity(text.len() + lines.iter().map(|l| l.len() + 4).sum::<usize>() + 1024);
+    let mut inserts: Vec<(usize, String)> = Vec::new();
+    let joined = lines
+        .iter()
+        .map(|l| format!("  {l}"))
+        .collect::<Vec<_>>()
+        .join(",\n");
+    if !lines.is_empty() {
+        match events.last() {
+            Some(last) => inserts.push((last.end, format!(",\n{joined}"))),
+            None => inserts.push((close, format!("\n{joined}\n"))),
+        }
+    }
+    if let Some(at) = meta_at {
+        inserts.push((
+            at,
+            format!(
+                ",\n  \"uvmwatch\": {}",
+                meta_member(capture, &summary, opts)
+            ),
+        ));
+    }
+    inserts.sort_by_key(|(at, _)| *at);
+    let mut pos = 0;
+    for (at, s) in inserts {
+        out.push_str(&text[pos..at]);
+        out.push_str(&s);
+        pos = at;
+    }
+    out.push_str(&text[pos..]);
+    Ok((out, summary))
+}
+
+fn meta_member(c: &Capture, s: &Summary, opts: &Options) -> String {
+    let procs: Vec<String> = s
+        .mapped
+        .iter()
+        .map(|m| {
+            let p = c.process(m.host_pid);
+            Obj::new()
+                .int("host_pid", m.host_pid)
+                .int("trace_pid", m.trace_pid)
+                .raw(
+                    "ns_pid",
+                    p.and_then(|p| p.ns_pid)
+                        .map(|n| n.to_string())
+                        .unwrap_or_else(|| "null".into()),
+                )
+                .str("comm", &m.comm)
+                .raw(
+                    "container_id",
+                    p.and_then(|p| p.container_id.as_deref())
+                        .map(quote)
+                        .unwrap_or_else(|| "null".into()),
+                )
+                .int("events", m.events)
+                .finish()
+        })
+        .collect();
+    Obj::new()
+        .str("capture", &opts.capture_name)
+        .str("version", &c.meta.version)
+        .int("clock_offset_ns", c.meta.clock.offset_ns)
+        .raw(
+            "base_time_ns",
+            s.base_ns
+                .map(|b| b.to_string())
+                .unwrap_or_else(|| "null".into()),
+        )
+        .int("track_tid_base", TRACK_TID_BASE)
+        .int("dropped_events", c.meta.dropped_events)
+        .int("lost_events", c.meta.lost_events)
+        .int("outside_window", s.outside_window)
+        .int("before_base", s.before_base)
+        .int("clipped", s.clipped)
+        .raw("processes", format!("[{}]", procs.join(",")))
+        .finish()
+}
+
+/// `uvmwatch annotate`: reads both files, merges, writes the output (through a temporary
+/// file), and says on stderr which process went where.
+///
+/// # Errors
+/// As [`annotate`], or a file cannot be read or written.
+pub fn annotate_cmd(a: AnnotateArgs) -> Result<ExitCode> {
+    let trace = read_maybe_gz(&a.trace)?;
+    let text =
+        String::from_utf8(trace).with_context(|| format!("{} is not UTF-8", a.trace.display()))?;
+    let cap = capture::read_capture(&a.capture)?;
+    let opts = Options {
+        pid: a.pid,
+        trace_pid: a.trace_pid,
+        window_only: a.window_only,
+        keep_before_base: a.keep_before_base,
+        capture_name: a
+            .capture
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    };
+    let (out, summary) = annotate(&text, &cap, &opts)
+        .with_context(|| format!("annotating {}", a.trace.display()))?;
+    let bytes = if a.output.extension().is_some_and(|e| e == "gz") {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(out.as_bytes())?;
+        gz.finish()?
+    } else {
+        out.into_bytes()
+    };
+    capture::write_atomically(&a.output, &bytes)?;
+    for m in &summary.mapped {
+        eprintln!(
+            "uvmwatch annotate: {} (host pid {}) -> trace pid {}: {} events",
+            m.comm, m.host_pid, m.trace_pid, m.events
+        );
+    }
+    for (pid, why) in &summary.skipped {
+        eprintln!("uvmwatch annotate: host pid {pid} left out: {why}");
+    }
+    if summary.before_base > 0 || summary.clipped > 0 {
+        eprintln!(
+            "uvmwatch annotate: {} events before the trace's baseTimeNanoseconds left out, {} slices drawn from it (--keep-before-base keeps them as negative times, which Perfetto drops)",
+            summary.before_base, summary.clipped
+        );
+    }
+    if summary.outside_window > 0 {
+        eprintln!(
+            "uvmwatch annotate: {} events outside the profiler's window left out",
+            summary.outside_window
+        );
+    }
+    for w in &summary.warnings {
+        eprintln!("uvmwatch annotate: warning: {w}");
+    }
+    eprintln!("uvmwatch annotate: wrote {}", a.output.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::model::tests::story;
+
+    /// base = wall clock of monotonic 1001 s in the story's clock (1 s after its start).
+    const BASE: u64 = 1_750_000_001_000_000_000;
+
+    /// A Kineto-like trace whose one step lasts `dur` µs from the base time.
+    fn kineto_for(pid: u32, dur: u64) -> String {
+        format!(
+            r#"{{
+  "schemaVersion": 1,
+  "baseTimeNanoseconds": {BASE},
+  "traceEvents": [
+  {{
+    "ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": {pid}, "tid": {pid},
+    "ts": 0, "dur": {dur}
+  }},
+  {{"name": "process_name", "ph": "M", "ts": 0, "pid": {pid}, "tid": 0, "args": {{"name": "python3"}}}}
+  ],
+  "traceName": "x"
+}}
+"#
+        )
+    }
+
+    /// A 3 s profiler window from the base time.
+    fn kineto(pid: u32) -> String {
+        kineto_for(pid, 3_000_000)
+    }
+
+    fn opts() -> Options {
+        Options {
+            capture_name: "c.json".into(),
+            ..Options::default()
+        }
+    }
+
+    #[test]
+    fn scans_spans() {
+        let t = r#" { "a" : [1, {"b":"]}\"x"}, [ ] ] , "c":-1.5e3 } "#;
+        let b = t.as_bytes();
+        let (m, close) = scan::members(b, 1).unwrap();
+        assert_eq!(m.len(), 2);
+        assert_eq!(&t[m[0].1.start..m[0].1.end], r#"[1, {"b":"]}\"x"}, [ ] ]"#);
+        assert_eq!(&t[m[1].1.start..m[1].1.end], "-1.5e3");
+        assert_eq!(b[close], b'}');
+        let (e, _) = scan::elements(b, m[0].1.start).unwrap();
+        assert_eq!(e.len(), 3);
+        let (e, _) = scan::elements(b"[ ]", 0).unwrap();
+        assert!(e.is_empty());
+    }
+
+    #[test]
+    fn maps_the_namespace_pid_and_converts_time() {
+        let c = story();
+        let t = kineto(7);
+        let (out, s) = annotate(&t, &c, &opts()).unwrap();
+        assert_eq!(s.mapped.len(), 1);
+        assert_eq!((s.mapped[0].host_pid, s.mapped[0].trace_pid), (4242, 7));
+        assert_eq!(s.base_ns, Some(BASE));
+        let v: Value = serde_json::from_str(&out).unwrap();
+        let evs = v["traceEvents"].as_array().unwrap();
+        // The story's first cuInit starts at monotonic 1001.2 s: 0.2 s after the base.
+        let cu = evs
+            .iter()
+            .find(|e| e["name"] == "cuInit" && e["tid"] == TRACK_TID_BASE + 4242)
+            .unwrap();
+        assert_eq!(cu["pid"], 7);
+        assert_eq!(cu["ts"].as_f64().unwrap(), 200_000.0);
+        assert_eq!(cu["cat"], "uvmwatch,cuinit");
+        let name = evs
+            .iter()
+            .find(|e| e["name"] == "thread_name" && e["tid"] == TRACK_TID_BASE + 4250)
+            .unwrap();
+        assert_eq!(
+            name["args"]["name"],
+            "uvmwatch: worker-4250 (host tid 4250)"
+        );
+        assert_eq!(v["uvmwatch"]["processes"][0]["ns_pid"], 7);
+        assert_eq!(v["traceName"], "x");
+    }
+
+    #[test]
+    fn keeps_the_original_bytes() {
+        let c = story();
+        let t = kineto(7);
+        let (out, _) = annotate(&t, &c, &opts()).unwrap();
+        // Removing what was inserted gives the input back.
+        let first = out.find(",\n  {\"ph\":\"M\"").unwrap();
+        let end_events = out.find("\n  ],").unwrap();
+        let meta = out.find(",\n  \"uvmwatch\"").unwrap();
+        let meta_end = out.rfind("\n}\n").unwrap();
+        let restored = format!(
+            "{}{}{}",
+            &out[..first],
+            &out[end_events..meta],
+            &out[meta_end..]
+        );
+        assert_eq!(restored, t);
+    }
+
+    #[test]
+    fn no_base_time_means_epoch_microseconds() {
+        let c = story();
+        let t = r#"[{"ph":"X","name":"step","pid":7,"tid":7,"ts":1750000001000000,"dur":5}]"#;
+        let (out, s) = annotate(t, &c, &opts()).unwrap();
+        assert_eq!(s.base_ns, None);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        let cu = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == "cuInit")
+            .unwrap();
+        assert_eq!(cu["ts"].as_f64().unwrap(), 1_750_000_001_200_000.0);
+    }
+
+    #[test]
+    fn window_only_drops_what_is_outside() {
+        let c = story();
+        let t = kineto(7);
+        let o = Options {
+            window_only: true,
+            ..opts()
+        };
+        let (_, s) = annotate(&t, &c, &o).unwrap();
+        assert!(s.outside_window > 0);
+        assert!(s.mapped[0].events > 0);
+        assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    }
+
+    #[test]
+    fn a_capture_of_another_run_is_warned_about() {
+        let c = story();
+        let t = kineto_for(7, 1);
+        let (_, s) = annotate(&t, &c, &opts()).unwrap();
+        assert!(s.mapped[0].events > 0);
+        assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
+        let o = Options {
+            window_only: true,
+            ..opts()
+        };
+        let (_, s) = annotate(&t, &c, &o).unwrap();
+        assert_eq!(s.mapped[0].events, 0);
+        assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
+    }
+
+    #[test]
+    fn unmatched_pids_are_explained_and_pid_forces_a_mapping() {
+        let c = story();
+        let t = kineto(99);
+        let e = annotate(&t, &c, &opts()).unwrap_err().to_string();
+        assert!(
+            e.contains("python3 4242 (pid 7 inside its namespace)"),
+            "{e}"
+        );
+        assert!(e.contains("trace pids: 99"), "{e}");
+        let o = Options {
+            pid: Some(4242),
+            trace_pid: Some(99),
+            ..opts()
+        };
+        let (_, s) = annotate(&t, &c, &o).unwrap();
+        assert_eq!(s.mapped[0].trace_pid, 99);
+        assert!(s.warnings.is_empty());
+    }
+
+    #[test]
+    fn what_precedes_the_base_time_is_clipped_or_left_out() {
+        let mut c = story();
+        // A slow ioctl across the base (monotonic 1001 s), one well before it.
+        for (start, name) in [
+            (999_950 * 1_000_000u64, "ACROSS"),
+            (999_000_000_000, "BEFORE"),
+        ] {
+            let mut e = c
+                .events
+                .iter()
+                .find(|e| e.name == "UVM_INITIALIZE")
+                .unwrap()
+                .clone();
+            e.name = name.into();
+            e.ts_ns = c.meta.clock.mono_ns + start - 999_000_000_000;
+            e.kind = Kind::Slice {
+                dur_ns: 100_000_000,
+            };
+            c.events.push(e);
+        }
+        c.normalize();
+        let (out, s) = annotate(&kineto(7), &c, &opts()).unwrap();
+        assert_eq!((s.before_base, s.clipped), (1, 1));
+        let v: Value = serde_json::from_str(&out).unwrap();
+        let evs = v["traceEvents"].as_array().unwrap();
+        assert!(evs.iter().all(|e| e["ts"].as_f64().unwrap_or(0.0) >= 0.0));
+        assert!(!evs.iter().any(|e| e["name"] == "BEFORE"));
+        let across = evs.iter().find(|e| e["name"] == "ACROSS").unwrap();
+        assert_eq!(across["ts"].as_f64(), Some(0.0));
+        assert_eq!(across["dur"].as_f64(), Some(50_000.0));
+        assert_eq!(across["args"]["clipped_start_ns"], -50_000_000);
+        // The rate counter's value from the capture start is carried to 0, once.
+        let rate: Vec<f64> = evs
+            .iter()
+            .filter(|e| e["name"] == "uvmwatch ioctls per 100 ms")
+            .map(|e| e["ts"].as_f64().unwrap())
+            .collect();
+        assert_eq!(rate[0], 0.0);
+        assert_eq!(rate.iter().filter(|t| **t == 0.0).count(), 1);
+        let o = Options {
+            keep_before_base: true,
+            ..opts()
+        };
+        let (out, s) = annotate(&kineto(7), &c, &o).unwrap();
+        assert_eq!((s.before_base, s.clipped), (0, 0));
+        assert!(out.contains("\"name\":\"BEFORE\""));
+    }
+
+    #[test]
+    fn refuses_to_annotate_twice_and_non_traces() {
+        let c = story();
+        let (out, _) = annotate(&kineto(7), &c, &opts()).unwrap();
+        assert!(annotate(&out, &c, &opts()).is_err());
+        assert!(annotate("{\"a\":1}", &c, &opts()).is_err());
+        assert!(annotate("nope", &c, &opts()).is_err());
+    }
+}

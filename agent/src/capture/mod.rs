@@ -1,0 +1,700 @@
+//! `uvmwatch capture`: record what the agent observes about some processes into a trace
+//! file (Perfetto protobuf or Chrome JSON) to open in ui.perfetto.dev or `chrome://tracing`.
+//!
+//! The agent core runs as in `uvmwatch run` (probes, stall detection, diagnosis) without
+//! the HTTP server, for `--duration` or until SIGINT/SIGTERM. A [`CaptureSink`] keeps the
+//! events of the processes that match the [`Filter`] in a [`model::Recorder`]; at the end
+//! it writes the file through a temporary file and a rename, so an interrupted capture
+//! still leaves a complete, valid trace. See `docs/capture.md`.
+
+pub mod chrome;
+pub mod model;
+pub mod perfetto;
+
+use std::{
+    io::{IsTerminal, Write},
+    path::{Path, PathBuf},
+    process::ExitCode,
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result};
+
+use crate::sink::{CallEvent, Clock, ProcessInfo, Sink};
+use model::{Capture, Meta, Recorder};
+
+/// Events a capture keeps at most by default; more are counted as lost.
+pub const DEFAULT_MAX_EVENTS: usize = 2_000_000;
+
+/// Trace file format.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Perfetto protobuf trace (`.pftrace`).
+    Perfetto,
+    /// Chrome JSON trace (Trace Event Format).
+    ChromeJson,
+}
+
+/// Which processes a capture keeps. Empty: all.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// Host pid.
+    pub pid: Option<u32>,
+    /// `comm`, or the executable's file name.
+    pub comm: Option<String>,
+    /// Container id, or a prefix of it (`lxc:<name>` for LXC).
+    pub container: Option<String>,
+}
+
+/// `comm` as the kernel keeps it: at most 15 bytes.
+fn comm_of(name: &str) -> &str {
+    let mut end = name.len().min(15);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    &name[..end]
+}
+
+impl Filter {
+    /// Whether the process is one to keep.
+    pub fn matches(&self, p: &ProcessInfo) -> bool {
+        if let Some(pid) = self.pid {
+            if p.pid != pid {
+                return false;
+            }
+        }
+        if let Some(c) = &self.comm {
+            let exe_name = Path::new(&p.exe)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if p.comm != *c && p.comm != comm_of(c) && exe_name != *c {
+                return false;
+            }
+        }
+        if let Some(want) = &self.container {
+            match &p.container_id {
+                Some(id) if !want.is_empty() && id.starts_with(want.as_str()) => {}
+                _ => return false,
+            }
+        }
+        true
+    }
+
+    /// The filter as written into the trace: `all`, or `pid=…`, `comm=…`, `container=…`.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(p) = self.pid {
+            parts.push(format!("pid={p}"));
+        }
+        if let Some(c) = &self.comm {
+            parts.push(format!("comm={c}"));
+        }
+        if let Some(c) = &self.container {
+            parts.push(format!("container={c}"));
+        }
+        if parts.is_empty() {
+            "all".into()
+        } else {
+            parts.join(",")
+        }
+    }
+}
+
+/// Counters shared with the progress display, and the result of the last write.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Events kept.
+    pub events: AtomicU64,
+    /// Processes seen.
+    pub processes: AtomicU64,
+    /// Drop total reported by the agent.
+    pub dropped: AtomicU64,
+    /// Events over the limit.
+    pub lost: AtomicU64,
+    /// Outcome of the last write (`None` before the first).
+    pub written: Mutex<Option<std::result::Result<Written, String>>>,
+}
+
+/// What a write put in the file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Written {
+    /// The file.
+    pub path: PathBuf,
+    /// Events in it (all kinds, the capture's own records included).
+    pub events: usize,
+    /// Processes in it.
+    pub processes: usize,
+    /// Events dropped before user space (all processes).
+    pub dropped: u64,
+    /// Events over the limit.
+    pub lost: u64,
+    /// File size in bytes.
+    pub bytes: u64,
+}
+
+/// The [`Sink`] of `uvmwatch capture`: filters, records, and writes the file on
+/// [`Sink::flush`].
+pub struct CaptureSink {
+    filter: Filter,
+    recorder: Recorder,
+    format: Format,
+    out: PathBuf,
+    progress: Arc<Progress>,
+}
+
+/// Reads `/proc/<pid>/task/<tid>/comm` under `proc_root`.
+fn thread_name(proc_root: &Path, pid: u32, tid: u32) -> Option<String> {
+    let p = proc_root
+        .join(pid.to_string())
+        .join("task")
+        .join(tid.to_string())
+        .join("comm");
+    std::fs::read_to_string(p)
+        .ok()
+        .map(|s| s.trim_end_matches('\n').to_string())
+}
+
+/// `CLOCK_BOOTTIME - CLOCK_MONOTONIC` now, in ns.
+fn boottime_minus_monotonic() -> i128 {
+    let read = |id| {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: valid pointer to a timespec.
+        unsafe { libc::clock_gettime(id, &mut ts) };
+        ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
+    };
+    let mono = read(libc::CLOCK_MONOTONIC);
+    let boot = read(libc::CLOCK_BOOTTIME);
+    boot - mono
+}
+
+impl CaptureSink {
+    /// A sink writing `out` in `format`; measures the clock offset now. Thread names are
+    /// read from `proc_root` (`/proc`).
+    pub fn new(
+        filter: Filter,
+        format: Format,
+        out: PathBuf,
+        max_events: usize,
+        proc_root: PathBuf,
+    ) -> CaptureSink {
+        let clock = Clock::measure();
+        let boottime = (clock.mono_ns as i128 + boottime_minus_monotonic()).max(0) as u64;
+        let meta = Meta::starting(clock, boottime, filter.describe(), std::process::id());
+        let namer = Box::new(move |pid, tid| thread_name(&proc_root, pid, tid));
+        CaptureSink::with_recorder(filter, format, out, Recorder::new(meta, max_events, namer))
+    }
+
+    /// A sink around a given recorder (tests: fixed clock and thread names).
+    pub fn with_recorder(
+        filter: Filter,
+        format: Format,
+        out: PathBuf,
+        recorder: Recorder,
+    ) -> CaptureSink {
+        CaptureSink {
+            filter,
+            recorder,
+            format,
+            out,
+            progress: Arc::new(Progress::default()),
+        }
+    }
+
+    /// The counters and write outcome, shared.
+    pub fn progress(&self) -> Arc<Progress> {
+        self.progress.clone()
+    }
+
+    /// The capture as it stands, ended at `end_ns`.
+    pub fn capture(&self, end_ns: u64) -> Capture {
+        self.recorder.build(end_ns)
+    }
+
+    /// Records one event when its process matches (drop totals always), dated `now_ns`.
+    pub fn record(&mut self, ev: &CallEvent<'_>, now_ns: u64) {
+        if let Some(p) = ev.process() {
+            if !self.filter.matches(p) {
+                return;
+            }
+        }
+        self.recorder.record(ev, now_ns);
+        let p = &self.progress;
+        p.events
+            .store(self.recorder.recorded() as u64, Ordering::Relaxed);
+        p.processes
+            .store(self.recorder.process_count() as u64, Ordering::Relaxed);
+        p.dropped.store(self.recorder.dropped(), Ordering::Relaxed);
+        p.lost.store(self.recorder.lost(), Ordering::Relaxed);
+    }
+
+    /// Writes the capture, ended at `end_ns`, to the output file.
+    ///
+    /// # Errors
+    /// The file cannot be written.
+    pub fn write(&self, end_ns: u64) -> Result<Written> {
+        let c = self.capture(end_ns);
+        let bytes = encode(&c, self.format);
+        write_atomically(&self.out, &bytes)?;
+        Ok(Written {
+            path: self.out.clone(),
+            events: c.events.len(),
+            processes: c.processes.len(),
+            dropped: c.meta.dropped_events,
+            lost: c.meta.lost_events,
+            bytes: bytes.len() as u64,
+        })
+    }
+}
+
+impl Sink for CaptureSink {
+    fn event(&mut self, ev: &CallEvent<'_>) {
+        self.record(ev, crate::kernel::monotonic_ns());
+    }
+
+    fn flush(&mut self) {
+        let r = self
+            .write(crate::kernel::monotonic_ns())
+            .map_err(|e| format!("{e:#}"));
+        if let Err(e) = &r {
+            tracing::error!(event = "capture_write_failed", path = %self.out.display(), error = %e, "could not write the capture");
+        }
+        *self
+            .progress
+            .written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(r);
+    }
+}
+
+/// The capture in `format`.
+pub fn encode(c: &Capture, format: Format) -> Vec<u8> {
+    match format {
+        Format::Perfetto => perfetto::encode(c),
+        Format::ChromeJson => chrome::encode(c).into_bytes(),
+    }
+}
+
+/// Reads a capture file in either format (told apart by content; gzip accepted).
+///
+/// # Errors
+/// Unreadable, or not a uvmwatch capture.
+pub fn read_capture(path: &Path) -> Result<Capture> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    decode_capture(&bytes).with_context(|| format!("{}", path.display()))
+}
+
+/// [`read_capture`] on bytes.
+///
+/// # Errors
+/// Not a uvmwatch capture.
+pub fn decode_capture(bytes: &[u8]) -> Result<Capture> {
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        let mut out = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(bytes), &mut out)
+            .context("gzip")?;
+        return decode_capture(&out);
+    }
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if first == Some(&b'{') {
+        let text = std::str::from_utf8(bytes).context("JSON capture is not UTF-8")?;
+        chrome::decode(text)
+    } else {
+        perfetto::decode(bytes)
+    }
+}
+
+/// Writes `bytes` to a temporary file beside `path`, then renames it over `path`: readers
+/// never see a partial file.
+///
+/// # Errors
+/// The directory is not writable, or the disk is full.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "capture".into());
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let r = (|| -> Result<()> {
+        let mut f =
+            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        f.write_all(bytes)
+            .and_then(|()| f.sync_all())
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, path)
+            .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+    })();
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r
+}
+
+/// Arguments of `uvmwatch capture`.
+#[derive(clap::Args, Debug, Clone)]
+#[command(group(clap::ArgGroup::new("target").args(["pid", "comm", "container"])))]
+pub struct CaptureArgs {
+    /// Only this process (host pid).
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// Only processes with this name (`comm`, or the executable's file name).
+    #[arg(long, value_name = "NAME")]
+    pub comm: Option<String>,
+    /// Only processes in this container (its id, or a prefix such as the 12 characters
+    /// `docker ps` shows).
+    #[arg(long, value_name = "ID")]
+    pub container: Option<String>,
+    /// Stop after this long (e.g. 30s, 5m); without it, capture until Ctrl-C.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub duration: Option<Duration>,
+    /// File format.
+    #[arg(long, value_enum, default_value_t = Format::Perfetto)]
+    pub format: Format,
+    /// The trace file to write.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: PathBuf,
+    /// A cuInit still running after this long is reported as stalled.
+    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+    pub cuinit_stall: Duration,
+    /// A driver ioctl still running after this long is reported as stalled.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub ioctl_stall: Duration,
+    /// Driver ioctls outside cuInit at least this long are captured (failed ones always).
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub slow_ioctl: Duration,
+    /// A libcuda file to probe in addition to those found (repeatable).
+    #[arg(long)]
+    pub libcuda: Vec<PathBuf>,
+    /// Do not scan running processes' memory maps for libcuda at start.
+    #[arg(long)]
+    pub no_proc_scan: bool,
+    /// Keep at most this many events; more are counted as lost (and said so in the trace).
+    #[arg(long, default_value_t = DEFAULT_MAX_EVENTS)]
+    pub max_events: usize,
+}
+
+impl CaptureArgs {
+    /// The process filter.
+    pub fn filter(&self) -> Filter {
+        Filter {
+            pid: self.pid,
+            comm: self.comm.clone(),
+            container: self.container.clone(),
+        }
+    }
+
+    /// The agent's settings for this capture (no HTTP server).
+    pub fn run_config(&self) -> crate::agent::RunConfig {
+        crate::agent::RunConfig {
+            listen: None,
+            stop_after: self.duration,
+            cuinit_stall: self.cuinit_stall,
+            ioctl_stall: self.ioctl_stall,
+            slow_ioctl: self.slow_ioctl,
+            libcuda: self.libcuda.clone(),
+            proc_scan: !self.no_proc_scan,
+            proc_root: PathBuf::from("/proc"),
+            evidence_root: None,
+            diagnosis_ttl: Duration::from_secs(600),
+            evidence_refresh: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Redraws one progress line on stderr until `stop` is set. The cursor is left at the
+/// start of the line, so a log record printed meanwhile overwrites it instead of being
+/// appended to it.
+fn progress_loop(p: Arc<Progress>, stop: Arc<AtomicBool>, out: PathBuf) {
+    let start = Instant::now();
+    let mut err = std::io::stderr();
+    while !stop.load(Ordering::Relaxed) {
+        let _ = write!(
+            err,
+            "\r\x1b[2Kuvmwatch capture: {:.1} s, {} events from {} processes, {} dropped{} -> {} (Ctrl-C to stop)\r",
+            start.elapsed().as_secs_f64(),
+            p.events.load(Ordering::Relaxed),
+            p.processes.load(Ordering::Relaxed),
+            p.dropped.load(Ordering::Relaxed),
+            match p.lost.load(Ordering::Relaxed) {
+                0 => String::new(),
+                n => format!(", {n} over --max-events"),
+            },
+            out.display(),
+        );
+        let _ = err.flush();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = write!(err, "\r\x1b[2K");
+    let _ = err.flush();
+}
+
+/// Runs the agent with a [`CaptureSink`] until the duration ends or a signal comes.
+async fn run_until_stopped(cfg: crate::agent::RunConfig, sink: CaptureSink) -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    // Our handlers are installed before the agent loads, so an early Ctrl-C does not kill
+    // the process before the file is written: the agent stops on the signals it sees once
+    // its loop runs; one that came earlier is passed on again until it does.
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let run = crate::agent::run(cfg, vec![Box::new(sink)]);
+    tokio::pin!(run);
+    let sig = tokio::select! {
+        r = &mut run => return r,
+        _ = sigint.recv() => libc::SIGINT,
+        _ = sigterm.recv() => libc::SIGTERM,
+    };
+    let mut again = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tokio::select! {
+            r = &mut run => return r,
+            _ = again.tick() => {
+                // SAFETY: signalling our own process, whose handler is installed above.
+                unsafe { libc::kill(libc::getpid(), sig) };
+            }
+        }
+    }
+}
+
+/// `uvmwatch capture`: runs the agent with a [`CaptureSink`], shows progress on a
+/// terminal, writes the trace at the end. Exit 0 when the file was written.
+///
+/// # Errors
+/// The agent could not start (not root, eBPF load) or the file could not be written.
+pub fn capture_cmd(args: CaptureArgs) -> Result<ExitCode> {
+    let sink = CaptureSink::new(
+        args.filter(),
+        args.format,
+        args.output.clone(),
+        args.max_events,
+        PathBuf::from("/proc"),
+    );
+    let progress = sink.progress();
+    let cfg = args.run_config();
+    let stop = Arc::new(AtomicBool::new(false));
+    let shower = std::io::stderr().is_terminal().then(|| {
+        let (p, s, o) = (progress.clone(), stop.clone(), args.output.clone());
+        std::thread::spawn(move || progress_loop(p, s, o))
+    });
+    let r = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|rt| rt.block_on(run_until_stopped(cfg, sink)));
+    stop.store(true, Ordering::Relaxed);
+    if let Some(h) = shower {
+        let _ = h.join();
+    }
+    let written = progress
+        .written
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    match (r, written) {
+        (Err(e), _) => Err(e),
+        (Ok(()), Some(Ok(w))) => {
+            tracing::info!(
+                event = "capture_written",
+                path = %w.path.display(),
+                events = w.events,
+                processes = w.processes,
+                dropped_events = w.dropped,
+                lost_events = w.lost,
+                bytes = w.bytes,
+                "capture written"
+            );
+            if std::io::stderr().is_terminal() {
+                eprintln!(
+                    "uvmwatch capture: wrote {} ({} events, {} processes, {} dropped, {} lost, {} bytes)",
+                    w.path.display(),
+                    w.events,
+                    w.processes,
+                    w.dropped,
+                    w.lost,
+                    w.bytes
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        (Ok(()), Some(Err(e))) => Err(anyhow::anyhow!("writing the capture: {e}")),
+        (Ok(()), None) => Err(anyhow::anyhow!(
+            "the agent stopped without writing the capture"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::model::tests::{test_clock, workload};
+
+    fn proc(pid: u32, comm: &str, exe: &str, container: Option<&str>) -> ProcessInfo {
+        ProcessInfo {
+            pid,
+            ns_pid: None,
+            comm: comm.into(),
+            exe: exe.into(),
+            cmdline: vec![],
+            container_id: container.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn filter_by_pid_comm_and_container() {
+        let a = proc(10, "cuda-workload", "/opt/cuda-workload", None);
+        let b = proc(
+            11,
+            "python3",
+            "/usr/bin/python3.11",
+            Some("3f1c0ffee0ddba11"),
+        );
+        let c = proc(
+            12,
+            "very-long-name-",
+            "/opt/very-long-name-of-a-binary",
+            None,
+        );
+        assert!(Filter::default().matches(&a));
+        let f = Filter {
+            pid: Some(11),
+            ..Filter::default()
+        };
+        assert!(!f.matches(&a) && f.matches(&b));
+        let f = Filter {
+            comm: Some("cuda-workload".into()),
+            ..Filter::default()
+        };
+        assert!(f.matches(&a) && !f.matches(&b));
+        let f = Filter {
+            comm: Some("python3.11".into()),
+            ..Filter::default()
+        };
+        assert!(f.matches(&b), "executable file name");
+        let f = Filter {
+            comm: Some("very-long-name-of-a-binary".into()),
+            ..Filter::default()
+        };
+        assert!(f.matches(&c), "comm truncated to 15 bytes, or the exe name");
+        let f = Filter {
+            container: Some("3f1c0ffee0dd".into()),
+            ..Filter::default()
+        };
+        assert!(f.matches(&b) && !f.matches(&a));
+        let f = Filter {
+            container: Some(String::new()),
+            ..Filter::default()
+        };
+        assert!(!f.matches(&b));
+        assert_eq!(Filter::default().describe(), "all");
+        assert_eq!(
+            Filter {
+                comm: Some("x".into()),
+                ..Filter::default()
+            }
+            .describe(),
+            "comm=x"
+        );
+    }
+
+    fn sink(dir: &Path, format: Format, filter: Filter) -> CaptureSink {
+        let clock = test_clock();
+        let meta = Meta::starting(clock, clock.mono_ns, filter.describe(), 1);
+        let ext = match format {
+            Format::Perfetto => "pftrace",
+            Format::ChromeJson => "json",
+        };
+        CaptureSink::with_recorder(
+            filter,
+            format,
+            dir.join(format!("out.{ext}")),
+            Recorder::new(meta, 100, Box::new(|_, _| None)),
+        )
+    }
+
+    #[test]
+    fn sink_filters_writes_atomically_and_reads_back_in_both_formats() {
+        let dir = tempfile::tempdir().unwrap();
+        for format in [Format::Perfetto, Format::ChromeJson] {
+            let mut s = sink(
+                dir.path(),
+                format,
+                Filter {
+                    pid: Some(4242),
+                    ..Filter::default()
+                },
+            );
+            let p = workload();
+            let other = proc(1, "init", "/sbin/init", None);
+            let t = test_clock().mono_ns;
+            for who in [&p, &other] {
+                s.record(
+                    &CallEvent::Ioctl {
+                        proc: who,
+                        tid: who.pid,
+                        start_ns: t + 10,
+                        end_ns: t + 20,
+                        name: "UVM_INITIALIZE",
+                        node: "/dev/nvidia-uvm",
+                        result: "NV_OK",
+                        failed: false,
+                        in_cuinit: false,
+                    },
+                    t,
+                );
+            }
+            s.record(&CallEvent::Dropped { total: 2 }, t + 30);
+            let progress = s.progress();
+            s.flush();
+            let w = progress.written.lock().unwrap().clone().unwrap().unwrap();
+            assert_eq!(w.processes, 1);
+            assert_eq!(w.dropped, 2);
+            let c = read_capture(&w.path).unwrap();
+            assert_eq!(c.processes.len(), 1);
+            assert_eq!(c.processes[0].pid, 4242);
+            assert_eq!(c.meta.dropped_events, 2);
+            assert!(c.events.iter().any(|e| e.name == "UVM_INITIALIZE"));
+            let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".tmp"))
+                .collect();
+            assert!(leftovers.is_empty(), "{leftovers:?}");
+        }
+    }
+
+    #[test]
+    fn a_write_failure_is_reported() {
+        let s = CaptureSink::with_recorder(
+            Filter::default(),
+            Format::ChromeJson,
+            PathBuf::from("/nonexistent-dir/x.json"),
+            Recorder::new(
+                Meta::starting(test_clock(), 0, "all".into(), 1),
+                10,
+                Box::new(|_, _| None),
+            ),
+        );
+        assert!(s.write(test_clock().mono_ns).is_err());
+    }
+
+    #[test]
+    fn gzip_captures_are_read() {
+        let c = crate::capture::model::tests::story();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&encode(&c, Format::ChromeJson)).unwrap();
+        let bytes = gz.finish().unwrap();
+        assert_eq!(decode_capture(&bytes).unwrap(), c);
+        assert_eq!(decode_capture(&encode(&c, Format::Perfetto)).unwrap(), c);
+    }
+}
