@@ -27,6 +27,11 @@ struct Cli {
     /// Log filter (tracing EnvFilter syntax), e.g. `info`, `debug`, `uvmwatch=debug`.
     #[arg(long, default_value = "info", global = true, env = "UVMWATCH_LOG")]
     log_level: String,
+    /// Where the host's `/` is mounted when the agent runs in a container (e.g. `/host` in
+    /// the Kubernetes DaemonSet): the diagnosis facts are read below it. Device nodes are
+    /// then never opened by the agent itself.
+    #[arg(long, global = true, env = "UVMWATCH_HOST_ROOT", value_name = "DIR")]
+    host_root: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -154,6 +159,16 @@ fn init_logging(format: LogFormat, level: &str) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format, &cli.log_level);
+    if let Some(h) = &cli.host_root {
+        if !h.join("proc").is_dir() {
+            eprintln!(
+                "uvmwatch: --host-root {}: no proc directory there (mount the host's / with its submounts)",
+                h.display()
+            );
+            return ExitCode::from(2);
+        }
+        uvmwatch::doctor::root::set_live_prefix(h);
+    }
     let r = match cli.cmd {
         Cmd::Run(a) => {
             let cfg = agent::RunConfig {

@@ -287,3 +287,32 @@ fn doctor_probe_runs_a_real_cuinit_and_names_the_cause() {
     );
     assert_eq!(v["findings"][0]["severity"], "critical");
 }
+
+#[test]
+fn a_host_root_is_read_instead_of_the_containers_file_system() {
+    // No root needed: only files are read. The snapshot tree stands for the host's `/`
+    // mounted into a container.
+    let snap = incident_host(false);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_uvmwatch"))
+        .arg("--host-root")
+        .arg(snap.path())
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let driver = &v["evidence"]["driver"];
+    assert_eq!(driver["value"]["Ok"]["version"], "590.48.01", "{driver}");
+    assert_eq!(driver["source"], "/proc/driver/nvidia/version");
+    assert_eq!(
+        v["evidence"]["uvm_params"]["value"]["Ok"]["uvm_disable_hmm"],
+        "N"
+    );
+    // A missing host root is refused with a clear message, exit 2.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_uvmwatch"))
+        .args(["--host-root", "/nonexistent-uvmwatch-host", "doctor"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--host-root"));
+}

@@ -73,6 +73,36 @@ pub fn set_live_opens(on: bool) {
     LIVE_OPENS.store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// Where the live machine's file system is mounted, when not at `/`: a container (e.g. the
+/// Kubernetes DaemonSet) sees the host's `/` at, say, `/host` (`--host-root`). Set once at
+/// start; every live file read, directory listing, link and `stat` goes below it, and the
+/// kernel log is read from `<prefix>/dev/kmsg`. Commands (`nvidia-smi`) still run in the
+/// agent's own file system.
+static LIVE_PREFIX: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Sets the host root for live reads (see [`LIVE_PREFIX`]); live device opens are turned
+/// off too (an observer in a container must not open the host's GPU nodes). Only the first
+/// call counts.
+pub fn set_live_prefix(prefix: &Path) {
+    let _ = LIVE_PREFIX.set(prefix.to_path_buf());
+    set_live_opens(false);
+}
+
+/// `path` of the live machine on this file system (below the host root when one is set).
+fn live(path: &str) -> PathBuf {
+    match LIVE_PREFIX.get() {
+        Some(p) => {
+            let mut out = p.clone();
+            out.extend(Path::new(path).components().filter_map(|c| match c {
+                Component::Normal(n) => Some(n),
+                _ => None,
+            }));
+            out
+        }
+        None => PathBuf::from(path),
+    }
+}
+
 /// The machine being diagnosed.
 #[derive(Clone, Debug)]
 pub enum Root {
@@ -466,7 +496,7 @@ impl Root {
     /// such as `proc_root`. `..` components are dropped.
     pub fn fs_path(&self, path: &str) -> PathBuf {
         match self {
-            Root::Live => PathBuf::from(path),
+            Root::Live => live(path),
             Root::Snapshot(dir) => {
                 let mut out = dir.clone();
                 out.extend(Path::new(path).components().filter_map(|c| match c {
@@ -486,7 +516,7 @@ impl Root {
     /// that is not absolute or has `..` components in a snapshot.
     pub fn read_bytes(&self, path: &str) -> io::Result<Vec<u8>> {
         match self {
-            Root::Live => fs::read(path),
+            Root::Live => fs::read(live(path)),
             Root::Snapshot(dir) => {
                 let local = snapshot_path(dir, path)?;
                 fs::read(local).map_err(|err| replay_error(dir, Op::Read, path, err))
@@ -579,7 +609,7 @@ impl Root {
         match self {
             Root::Live => {
                 let mut names = Vec::new();
-                for entry in fs::read_dir(path)? {
+                for entry in fs::read_dir(live(path))? {
                     match entry {
                         Ok(e) => names.push(e.file_name().to_string_lossy().into_owned()),
                         Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
@@ -610,7 +640,7 @@ impl Root {
     /// or the recorded error.
     pub fn read_link(&self, path: &str) -> io::Result<String> {
         match self {
-            Root::Live => fs::read_link(path).map(|t| t.to_string_lossy().into_owned()),
+            Root::Live => fs::read_link(live(path)).map(|t| t.to_string_lossy().into_owned()),
             Root::Snapshot(dir) => {
                 let manifest = read_manifest(dir);
                 if let Some(target) = manifest.links.get(path) {
@@ -654,7 +684,7 @@ impl Root {
     /// dangling link).
     pub fn metadata(&self, path: &str) -> io::Result<NodeMeta> {
         match self {
-            Root::Live => fs::metadata(path).map(|m| node_meta(&m)),
+            Root::Live => fs::metadata(live(path)).map(|m| node_meta(&m)),
             Root::Snapshot(dir) => {
                 if let Some(meta) = snapshot_node(dir, path).and_then(|n| n.meta()) {
                     return Ok(meta);
@@ -1205,7 +1235,7 @@ fn read_kmsg() -> io::Result<String> {
     let mut file = fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
-        .open("/dev/kmsg")?;
+        .open(live("/dev/kmsg"))?;
     let mut buf = vec![0u8; KMSG_RECORD_MAX];
     let mut out = String::new();
     let mut records = 0usize;
