@@ -133,6 +133,22 @@ struct RunArgs {
     /// are read again.
     #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
     evidence_refresh: Duration,
+    /// Export spans (cuInit with its driver calls, stalls, diagnoses) over OTLP/HTTP
+    /// protobuf to this endpoint (`<URL>/v1/traces`), e.g. http://127.0.0.1:4318.
+    #[arg(long, value_name = "URL", env = "UVMWATCH_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
+    /// Extra HTTP header for the OTLP endpoint (repeatable), e.g. authorization=Bearer x.
+    #[arg(long = "otlp-header", value_name = "KEY=VALUE", value_parser = uvmwatch::otlp::parse_header)]
+    otlp_headers: Vec<(String, String)>,
+    /// Compression of OTLP requests.
+    #[arg(long, value_name = "none|gzip", default_value = "none", value_parser = uvmwatch::otlp::Compression::parse)]
+    otlp_compression: uvmwatch::otlp::Compression,
+    /// Timeout of one OTLP request.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    otlp_timeout: Duration,
+    /// Kubernetes node name, exported as the resource attribute k8s.node.name.
+    #[arg(long, value_name = "NAME", env = "NODE_NAME")]
+    node_name: Option<String>,
 }
 
 fn init_logging(format: LogFormat, level: &str) {
@@ -189,7 +205,18 @@ fn main() -> ExitCode {
                 .enable_all()
                 .build()
                 .map_err(anyhow::Error::from)
-                .and_then(|rt| rt.block_on(agent::run(cfg, Vec::new())))
+                .and_then(|rt| {
+                    let mut sinks: Vec<Box<dyn uvmwatch::sink::Sink>> = Vec::new();
+                    if let Some(endpoint) = a.otlp_endpoint {
+                        let mut c = uvmwatch::otlp::OtlpConfig::new(endpoint);
+                        c.headers = a.otlp_headers;
+                        c.compression = a.otlp_compression;
+                        c.timeout = a.otlp_timeout;
+                        c.node_name = a.node_name;
+                        sinks.push(Box::new(uvmwatch::otlp::OtlpSink::start(c)?));
+                    }
+                    rt.block_on(agent::run(cfg, sinks))
+                })
                 .map(|()| ExitCode::SUCCESS)
         }
         Cmd::Probes { libcuda } => probes_cmd(libcuda),
