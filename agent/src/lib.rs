@@ -8,6 +8,7 @@
 pub mod agent;
 pub mod annotate;
 pub mod capture;
+pub mod config;
 pub mod discovery;
 pub mod doctor;
 pub mod events;

@@ -7,7 +7,7 @@ use uvmwatch::{agent, discovery, kernel, probes};
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 /// Default `--listen`: port 19400. The Prometheus default port allocations list (9100-9999)
 /// is full; 19400 is outside it and outside the common service ranges (9400 is
@@ -104,17 +104,24 @@ struct DoctorArgs {
 
 #[derive(clap::Args, Debug)]
 struct RunArgs {
+    /// TOML file whose keys are these flags' long names (precedence: defaults < file <
+    /// environment < flags; docs/deployment.md).
+    #[arg(long, value_name = "FILE", env = "UVMWATCH_CONFIG")]
+    config: Option<PathBuf>,
+    /// Print the effective configuration, with where each value came from, and exit.
+    #[arg(long)]
+    print_config: bool,
     /// Address for /metrics and /healthz.
     #[arg(long, default_value = DEFAULT_LISTEN, env = "UVMWATCH_LISTEN")]
     listen: SocketAddr,
     /// A cuInit still running after this long is reported as stalled (e.g. 20s, 1m).
-    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration, env = "UVMWATCH_CUINIT_STALL")]
     cuinit_stall: Duration,
     /// A driver ioctl still running after this long is reported as stalled.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, env = "UVMWATCH_IOCTL_STALL")]
     ioctl_stall: Duration,
     /// Driver ioctls at least this long are logged individually (capped at --ioctl-stall).
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration, env = "UVMWATCH_SLOW_IOCTL")]
     slow_ioctl: Duration,
     /// A libcuda file to probe in addition to those found (repeatable).
     #[arg(long)]
@@ -124,14 +131,14 @@ struct RunArgs {
     no_proc_scan: bool,
     /// Read the diagnosis facts from this snapshot (directory or bundle from `doctor
     /// --bundle`) instead of this machine; the probes still watch this machine.
-    #[arg(long, value_name = "DIR|FILE")]
+    #[arg(long, value_name = "DIR|FILE", env = "UVMWATCH_EVIDENCE_ROOT")]
     evidence_root: Option<PathBuf>,
     /// How long a finding from a stall or failure stays active in uvmwatch_diagnosis.
-    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration, env = "UVMWATCH_DIAGNOSIS_TTL")]
     diagnosis_ttl: Duration,
     /// How often the diagnosis facts (driver, module parameters, kernel log, nvidia-smi, ...)
     /// are read again.
-    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration, env = "UVMWATCH_EVIDENCE_REFRESH")]
     evidence_refresh: Duration,
     /// Export spans (cuInit with its driver calls, stalls, diagnoses) over OTLP/HTTP
     /// protobuf to this endpoint (`<URL>/v1/traces`), e.g. http://127.0.0.1:4318.
@@ -173,7 +180,29 @@ fn init_logging(format: LogFormat, level: &str) {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // The configuration file becomes arguments for the flags nothing else set.
+    let (args, from_file) =
+        match uvmwatch::config::apply(Cli::command(), std::env::args_os().collect()) {
+            Ok(x) => x,
+            Err(e) => {
+                eprintln!("uvmwatch: {e:#}");
+                return ExitCode::from(2);
+            }
+        };
+    let matches = Cli::command().get_matches_from(&args);
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
+    if let Cmd::Run(a) = &cli.cmd {
+        if a.print_config {
+            print!(
+                "{}",
+                uvmwatch::config::describe(&Cli::command(), &matches, &from_file)
+            );
+            return ExitCode::SUCCESS;
+        }
+    }
     init_logging(cli.log_format, &cli.log_level);
     if let Some(h) = &cli.host_root {
         if !h.join("proc").is_dir() {

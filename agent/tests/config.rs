@@ -1,0 +1,100 @@
+//! `uvmwatch run --config FILE`: precedence defaults < file < environment < flags, and
+//! clear errors for bad files. No root needed (`--print-config` exits before loading).
+
+use std::process::Command;
+
+fn print_config(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_uvmwatch"));
+    c.arg("run").args(args).arg("--print-config");
+    for k in [
+        "UVMWATCH_LISTEN",
+        "UVMWATCH_IOCTL_STALL",
+        "UVMWATCH_CONFIG",
+        "UVMWATCH_LOG",
+    ] {
+        c.env_remove(k);
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = c.output().unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn line<'a>(out: &'a str, key: &str) -> &'a str {
+    out.lines()
+        .find(|l| l.starts_with(&format!("{key} = ")))
+        .unwrap_or_else(|| panic!("{key} missing:\n{out}"))
+}
+
+#[test]
+fn file_sits_between_defaults_and_environment_and_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("uvmwatch.toml");
+    std::fs::write(
+        &f,
+        "listen = \"127.0.0.1:19999\"\ncuinit-stall = \"7s\"\nioctl-stall = \"9s\"\n\
+         slow-ioctl = \"4s\"\nlibcuda = [\"/a/libcuda.so.1\", \"/b/libcuda.so.1\"]\n\
+         no-proc-scan = true\nlog-level = \"debug\"\n",
+    )
+    .unwrap();
+    let path = f.to_str().unwrap();
+    let (rc, out, err) = print_config(
+        &["--config", path, "--slow-ioctl", "2s"],
+        &[("UVMWATCH_IOCTL_STALL", "3s")],
+    );
+    assert_eq!(rc, 0, "{err}");
+    assert_eq!(line(&out, "listen"), "listen = \"127.0.0.1:19999\"  # file");
+    assert_eq!(line(&out, "cuinit-stall"), "cuinit-stall = \"7s\"  # file");
+    assert_eq!(
+        line(&out, "ioctl-stall"),
+        "ioctl-stall = \"3s\"  # env:UVMWATCH_IOCTL_STALL"
+    );
+    assert_eq!(line(&out, "slow-ioctl"), "slow-ioctl = \"2s\"  # flag");
+    assert_eq!(
+        line(&out, "libcuda"),
+        "libcuda = \"/a/libcuda.so.1,/b/libcuda.so.1\"  # file"
+    );
+    assert_eq!(
+        line(&out, "no-proc-scan"),
+        "no-proc-scan = \"true\"  # file"
+    );
+    assert_eq!(line(&out, "log-level"), "log-level = \"debug\"  # file");
+    assert_eq!(
+        line(&out, "diagnosis-ttl"),
+        "diagnosis-ttl = \"10m\"  # default"
+    );
+    // The file can also come from UVMWATCH_CONFIG.
+    let (rc, out, _) = print_config(&[], &[("UVMWATCH_CONFIG", path)]);
+    assert_eq!(rc, 0);
+    assert_eq!(line(&out, "cuinit-stall"), "cuinit-stall = \"7s\"  # file");
+}
+
+#[test]
+fn bad_files_are_refused_with_the_key_and_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("lisen = \"x\"\n", "unknown key `lisen`"),
+        ("listen = \n", "not valid TOML"),
+        ("no-proc-scan = \"yes\"\n", "key `no-proc-scan` is a switch"),
+        ("cuinit-stall = \"soon\"\n", "cuinit-stall"),
+        ("[run]\nlisten = \"x\"\n", "key `run`"),
+    ];
+    for (text, want) in cases {
+        let f = dir.path().join("bad.toml");
+        std::fs::write(&f, text).unwrap();
+        let (rc, _, err) = print_config(&["--config", f.to_str().unwrap()], &[]);
+        assert_eq!(rc, 2, "{text}: {err}");
+        assert!(err.contains(want), "{text}: {err}");
+        if want != "cuinit-stall" {
+            assert!(err.contains("bad.toml"), "{err}");
+        }
+    }
+    let (rc, _, err) = print_config(&["--config", "/nonexistent/uvmwatch.toml"], &[]);
+    assert_eq!(rc, 2);
+    assert!(err.contains("/nonexistent/uvmwatch.toml"), "{err}");
+}
