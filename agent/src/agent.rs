@@ -43,6 +43,7 @@ use crate::{
     nvidia, procfs,
     sink::{CallEvent, ProcessInfo, Sink},
     stall::{self, CallKey, CallKind, InFlight, StallDetector},
+    workload::WorkloadInfo,
 };
 
 /// Settings of `uvmwatch run`.
@@ -71,6 +72,8 @@ pub struct RunConfig {
     pub diagnosis_ttl: Duration,
     /// How often the diagnosis facts are read again.
     pub evidence_refresh: Duration,
+    /// Add the workload labels (engine, namespace, pod) to the cuInit and stall counters.
+    pub workload_labels: bool,
 }
 
 /// Per-thread record of a `cuInit` in progress, for the summary logged when it ends.
@@ -111,6 +114,9 @@ struct Core {
     sinks: Vec<Box<dyn Sink>>,
     /// Identity of processes seen (read once from /proc), for the sinks.
     procs: HashMap<u32, ProcessInfo>,
+    /// Inference workload identity of processes seen (engine, model, ...), for logs and
+    /// the opt-in metric labels.
+    workloads: HashMap<u32, WorkloadInfo>,
     /// Dropped-event total last passed to the sinks.
     dropped_seen: u64,
 }
@@ -285,6 +291,7 @@ impl Core {
                 );
                 self.cuinit.retain(|_, c| c.tgid != e.header.tgid);
                 self.procs.remove(&e.header.tgid);
+                self.workloads.remove(&e.header.tgid);
             }
         }
     }
@@ -318,6 +325,19 @@ impl Core {
         info
     }
 
+    /// The workload a process runs (read from /proc once, cached until it exits).
+    fn workload(&mut self, pid: u32) -> WorkloadInfo {
+        if let Some(w) = self.workloads.get(&pid) {
+            return w.clone();
+        }
+        let w = crate::workload::identify(&self.cfg.proc_root, pid);
+        if self.workloads.len() > 4096 {
+            self.workloads.clear();
+        }
+        self.workloads.insert(pid, w.clone());
+        w
+    }
+
     /// Passes one event to every sink.
     fn emit(&mut self, ev: CallEvent<'_>) {
         for s in self.sinks.iter_mut() {
@@ -340,10 +360,17 @@ impl Core {
             .and_then(|t| t.exe)
             .map(|p| p.display().to_string())
             .unwrap_or_default();
+        let wl = self.workload(h.tgid);
         tracing::info!(
             event = "cuinit_start",
             pid = h.tgid,
             tid = h.tid,
+            engine = wl.engine.as_deref().unwrap_or(""),
+            model = wl.model.as_deref().unwrap_or(""),
+            quantization = wl.quantization.as_deref().unwrap_or(""),
+            tp_rank = wl.tp_rank.map(|r| r.to_string()).unwrap_or_default(),
+            pod = wl.k8s_pod_name.as_deref().unwrap_or(""),
+            namespace = wl.k8s_namespace.as_deref().unwrap_or(""),
             comm = %comm(h),
             exe = %exe,
             flags = e.flags,
@@ -367,7 +394,9 @@ impl Core {
         let name = nvidia::cu_result_name(e.ret);
         let call = self.cuinit.remove(&h.tid).unwrap_or_default();
         if e.entry_seen == 1 {
-            self.metrics.cuinit_calls.with_label_values(&[&name]).inc();
+            let wl = self.workload(h.tgid);
+            let [e, n, p] = wl.metric_labels().map(|(_, v)| v);
+            self.metrics.count_cuinit(&name, [e, n, p]);
             self.metrics.cuinit_duration.observe(secs);
         }
         let key = CallKey {
@@ -730,10 +759,9 @@ impl Core {
         if e.what & DIED_IN_CUINIT != 0 {
             what.push("cuInit".to_string());
             if self.cuinit.remove(&h.tid).is_some() {
-                self.metrics
-                    .cuinit_calls
-                    .with_label_values(&["thread_exited"])
-                    .inc();
+                let wl = self.workload(h.tgid);
+                let [e, n, p] = wl.metric_labels().map(|(_, v)| v);
+                self.metrics.count_cuinit("thread_exited", [e, n, p]);
             }
         }
         if e.what & DIED_IN_IOCTL != 0 {
@@ -864,7 +892,9 @@ impl Core {
         self.metrics.cuinit_in_flight.set(cu_in_flight as i64);
         let r = self.detector.scan(&snap, now);
         for c in &r.new_stalls {
-            self.metrics.stalls.with_label_values(&[&c.label]).inc();
+            let wl = self.workload(c.tgid);
+            let [e, n, p] = wl.metric_labels().map(|(_, v)| v);
+            self.metrics.count_stall(&c.label, [e, n, p]);
             self.report_stall(c, &snap, now);
         }
         for c in &r.vanished {
@@ -996,7 +1026,12 @@ impl Core {
         };
         let findings = self.diagnose(&obs);
         let d = DiagnosisFields::of(&findings);
+        let wl = self.workload(c.tgid);
         tracing::error!(
+            engine = wl.engine.as_deref().unwrap_or(""),
+            model = wl.model.as_deref().unwrap_or(""),
+            pod = wl.k8s_pod_name.as_deref().unwrap_or(""),
+            namespace = wl.k8s_namespace.as_deref().unwrap_or(""),
             diagnosis = %d.rules,
             diagnosis_title = %d.title,
             diagnosis_fix = %d.fix,
@@ -1232,7 +1267,7 @@ fn drain(rb: &mut RingBuf<MapData>, core: &mut Core) {
 /// # Errors
 /// Not root, the eBPF object cannot load, or the listen address is taken.
 pub async fn run(cfg: RunConfig, sinks: Vec<Box<dyn Sink>>) -> Result<()> {
-    let metrics = Metrics::new()?;
+    let metrics = Metrics::with_workload_labels(cfg.workload_labels)?;
     let slow = cfg.slow_ioctl.min(cfg.ioctl_stall);
     let kernel = Kernel::load(&KernelSettings {
         slow_ioctl_ns: slow.as_nanos() as u64,
@@ -1294,6 +1329,7 @@ pub async fn run(cfg: RunConfig, sinks: Vec<Box<dyn Sink>>) -> Result<()> {
         initialized: HashSet::new(),
         sinks,
         procs: HashMap::new(),
+        workloads: HashMap::new(),
         dropped_seen: 0,
     };
     core.evaluate_static();

@@ -153,6 +153,10 @@ struct RunArgs {
     /// Timeout of one OTLP request.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     otlp_timeout: Duration,
+    /// Add bounded workload labels (engine, namespace, pod) to uvmwatch_cuinit_calls_total
+    /// and uvmwatch_stalls_total (off by default: pod names churn with rollouts).
+    #[arg(long, env = "UVMWATCH_WORKLOAD_LABELS")]
+    workload_labels: bool,
     /// Kubernetes node name, exported as the resource attribute k8s.node.name.
     #[arg(long, value_name = "NAME", env = "NODE_NAME")]
     node_name: Option<String>,
@@ -228,6 +232,7 @@ fn main() -> ExitCode {
                 evidence_root: a.evidence_root,
                 diagnosis_ttl: a.diagnosis_ttl,
                 evidence_refresh: a.evidence_refresh,
+                workload_labels: a.workload_labels,
             };
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)

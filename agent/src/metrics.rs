@@ -56,7 +56,13 @@ pub struct Metrics {
     pub diagnosis: IntGaugeVec,
     /// Records lost in user space (undecodable); added to the kernel's drops.
     pub user_drops: IntCounter,
+    /// Whether `uvmwatch_cuinit_calls_total` and `uvmwatch_stalls_total` carry the opt-in
+    /// workload labels (`engine`, `namespace`, `pod`).
+    pub workload_labels: bool,
 }
+
+/// The opt-in workload labels (bounded: an engine name, a Kubernetes namespace and pod).
+pub const WORKLOAD_LABELS: [&str; 3] = ["engine", "namespace", "pod"];
 
 /// Every metric family name the agent exports, with its type and help text.
 /// The metrics reference in `docs/metrics.md` is checked against this list by a test.
@@ -83,10 +89,16 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
 /// Labels of each family, for the reference page.
 const FAMILY_LABELS: &[(&str, &str)] = &[
     ("uvmwatch_build_info", "version, kernel"),
-    ("uvmwatch_cuinit_calls_total", "result"),
+    (
+        "uvmwatch_cuinit_calls_total",
+        "result (+ engine, namespace, pod with --workload-labels)",
+    ),
     ("uvmwatch_cuinit_duration_seconds", ""),
     ("uvmwatch_cuinit_in_flight", ""),
-    ("uvmwatch_stalls_total", "call"),
+    (
+        "uvmwatch_stalls_total",
+        "call (+ engine, namespace, pod with --workload-labels)",
+    ),
     ("uvmwatch_stalled_calls", "call"),
     ("uvmwatch_driver_ioctl_calls_total", "node, ioctl, result"),
     ("uvmwatch_driver_ioctl_duration_seconds", "node, ioctl"),
@@ -153,13 +165,27 @@ impl Metrics {
     /// # Errors
     /// Only on a programming error (duplicate registration).
     pub fn new() -> prometheus::Result<Metrics> {
+        Metrics::with_workload_labels(false)
+    }
+
+    /// Like [`Metrics::new`]; with `workload_labels` the `cuInit` call and stall counters
+    /// also carry [`WORKLOAD_LABELS`] (`--workload-labels`, off by default: pod names make
+    /// series churn with every rollout).
+    pub fn with_workload_labels(workload_labels: bool) -> prometheus::Result<Metrics> {
         let registry = Registry::new();
+        let extra: &[&str] = if workload_labels {
+            &WORKLOAD_LABELS
+        } else {
+            &[]
+        };
+        let cuinit_labels: Vec<&str> = ["result"].iter().chain(extra).copied().collect();
+        let stall_labels: Vec<&str> = ["call"].iter().chain(extra).copied().collect();
         let cuinit_calls = IntCounterVec::new(
             Opts::new(
                 "uvmwatch_cuinit_calls_total",
                 help("uvmwatch_cuinit_calls_total"),
             ),
-            &["result"],
+            &cuinit_labels,
         )?;
         let cuinit_duration = Histogram::with_opts(
             HistogramOpts::new(
@@ -174,7 +200,7 @@ impl Metrics {
         )?;
         let stalls = IntCounterVec::new(
             Opts::new("uvmwatch_stalls_total", help("uvmwatch_stalls_total")),
-            &["call"],
+            &stall_labels,
         )?;
         let stalled = IntGaugeVec::new(
             Opts::new("uvmwatch_stalled_calls", help("uvmwatch_stalled_calls")),
@@ -198,8 +224,10 @@ impl Metrics {
             .with_label_values(&[env!("CARGO_PKG_VERSION"), &kernel_release()])
             .set(1);
         // The call label always has its cuInit series, so dashboards never see "no data".
-        cuinit_calls.with_label_values(&["CUDA_SUCCESS"]);
-        stalls.with_label_values(&["cuInit"]);
+        if !workload_labels {
+            cuinit_calls.with_label_values(&["CUDA_SUCCESS"]);
+            stalls.with_label_values(&["cuInit"]);
+        }
         stalled.with_label_values(&["cuInit"]);
         for c in [
             Box::new(cuinit_calls.clone()) as Box<dyn Collector>,
@@ -226,7 +254,27 @@ impl Metrics {
             libcuda_targets,
             diagnosis,
             user_drops,
+            workload_labels,
         })
+    }
+
+    /// Counts one ended `cuInit` with `result`; `wl` are the workload label values
+    /// (engine, namespace, pod), used only with workload labels on.
+    pub fn count_cuinit(&self, result: &str, wl: [&str; 3]) {
+        let mut v = vec![result];
+        if self.workload_labels {
+            v.extend(wl);
+        }
+        self.cuinit_calls.with_label_values(&v).inc();
+    }
+
+    /// Counts one stall of `call`; see [`Metrics::count_cuinit`] for `wl`.
+    pub fn count_stall(&self, call: &str, wl: [&str; 3]) {
+        let mut v = vec![call];
+        if self.workload_labels {
+            v.extend(wl);
+        }
+        self.stalls.with_label_values(&v).inc();
     }
 
     /// Sets `uvmwatch_probe_attached` from the probe table.

@@ -719,3 +719,51 @@ fn which(name: &str) -> Option<std::path::PathBuf> {
         .map(|d| std::path::Path::new(d).join(name))
         .find(|p| p.exists())
 }
+
+#[test]
+fn workload_labels_are_opt_in_and_come_from_the_process() {
+    require_env!("workload_labels_are_opt_in_and_come_from_the_process");
+    let agent = Agent::start(&["--workload-labels"]);
+    let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
+    let mut w = Workload::spawn(
+        &dev,
+        artifacts(),
+        WorkloadConfig {
+            extra_env: vec![
+                ("POD_NAME".into(), "vllm-llama-0".into()),
+                ("POD_NAMESPACE".into(), "inference".into()),
+            ],
+            ..WorkloadConfig::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(w.next_cuinit_line(T).unwrap().rc, 0);
+    let pid = w.pid();
+    let start = agent.expect_event(
+        "cuinit_start",
+        |v| v["event"] == "cuinit_start" && pid_is(v, pid),
+        T,
+    );
+    assert_eq!(start["pod"], "vllm-llama-0", "{start}");
+    assert_eq!(start["namespace"], "inference");
+    agent.expect_event(
+        "cuinit_end",
+        |v| v["event"] == "cuinit_end" && pid_is(v, pid),
+        T,
+    );
+    let m = agent.metrics();
+    assert_eq!(
+        metric(
+            &m,
+            "uvmwatch_cuinit_calls_total",
+            &[
+                ("result", "CUDA_SUCCESS"),
+                ("namespace", "inference"),
+                ("pod", "vllm-llama-0")
+            ]
+        ),
+        Some(1.0),
+        "{m}"
+    );
+    assert!(agent.stop());
+}

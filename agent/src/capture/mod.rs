@@ -408,6 +408,7 @@ impl CaptureArgs {
             evidence_root: None,
             diagnosis_ttl: Duration::from_secs(600),
             evidence_refresh: Duration::from_secs(300),
+            workload_labels: false,
         }
     }
 }
