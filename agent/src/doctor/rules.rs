@@ -1415,11 +1415,16 @@ fn stale_after_suspend(e: &Evidence, o: &Observations) -> Option<Finding> {
 fn fabric_not_ready(e: &Evidence, o: &Observations) -> Option<Finding> {
     let switch_nodes = e.nvswitch_nodes.get();
     let states: Vec<&String> = smi(e)
-        // "" for a GPU without a Fabric section (older drivers), N/A without NVSwitch.
+        // "" for a GPU without a Fabric section (older drivers), N/A without NVSwitch;
+        // NVML's NOT_SUPPORTED fabric state reads "Not Supported": no NVSwitch either.
         .map(|s| {
             s.fabric_state
                 .iter()
-                .filter(|x| !x.is_empty() && *x != "N/A")
+                .filter(|x| {
+                    !x.is_empty()
+                        && !x.eq_ignore_ascii_case("N/A")
+                        && !x.eq_ignore_ascii_case("Not Supported")
+                })
                 .collect()
         })
         .unwrap_or_default();
