@@ -1108,7 +1108,12 @@ impl Core {
                 .iter()
                 .map(|e| format!("{}={} [{}]", e.what, e.value, e.source))
                 .collect();
-            let fix: Vec<String> = f.fix.iter().map(fix_line).collect();
+            let fix: Vec<String> = f
+                .fix
+                .iter()
+                .enumerate()
+                .map(|(i, st)| format!("({}) {}", i + 1, fix_line(st)))
+                .collect();
             tracing::warn!(
                 event = "diagnosis",
                 trigger,
@@ -1119,7 +1124,7 @@ impl Core {
                 title = %f.title,
                 evidence = %evidence.join("; "),
                 unchecked = %f.unchecked.join("; "),
-                fix = %fix.join(" | "),
+                fix = %fix.join(" "),
                 runbook = %f.runbook,
                 "diagnosis"
             );
@@ -1235,7 +1240,14 @@ impl DiagnosisFields {
                 .join(","),
             title: worst.map(|f| f.title.clone()).unwrap_or_default(),
             fix: worst
-                .map(|f| f.fix.iter().map(fix_line).collect::<Vec<_>>().join(" | "))
+                .map(|f| {
+                    f.fix
+                        .iter()
+                        .enumerate()
+                        .map(|(i, st)| format!("({}) {}", i + 1, fix_line(st)))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
                 .unwrap_or_default(),
             runbook: worst.map(|f| f.runbook.clone()).unwrap_or_default(),
         }

@@ -77,7 +77,8 @@ pub fn monotonic_ns() -> u64 {
 }
 
 /// Whether this process can load BPF programs (effective uid 0 is the practical test; the
-/// capabilities needed are `CAP_BPF`, `CAP_PERFMON` and `CAP_SYS_ADMIN` for tracefs).
+/// capability the agent needs for its uprobes and tracefs is `CAP_SYS_ADMIN`, measured in
+/// docs/capabilities.md).
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
@@ -93,7 +94,7 @@ impl Kernel {
     pub fn load(settings: &KernelSettings) -> Result<Kernel> {
         if !is_root() {
             return Err(anyhow!(
-                "loading eBPF programs needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN); run as root"
+                "loading eBPF programs needs root (CAP_SYS_ADMIN; docs/capabilities.md); run as root"
             ));
         }
         if !Path::new("/sys/kernel/btf/vmlinux").exists() {
@@ -238,8 +239,10 @@ impl Kernel {
                 Ok(()) => ProbeState::Attached(1),
                 Err(e) => ProbeState::Unavailable(format!("{e:#}")),
             };
-            if spec.required && !matches!(self.states[i], ProbeState::Attached(_)) {
-                tracing::error!(probe = spec.label, state = %self.states[i], "required probe not attached");
+        }
+        for (spec, st) in self.specs.iter().zip(&self.states) {
+            if spec.required && !matches!(st, ProbeState::Attached(_)) {
+                tracing::error!(probe = spec.label, state = %st, "required probe not attached");
             }
         }
     }
