@@ -316,3 +316,51 @@ fn a_host_root_is_read_instead_of_the_containers_file_system() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--host-root"));
 }
+
+#[test]
+fn the_demo_incident_snapshot_is_current() {
+    // `cargo xtask demo` diagnoses with these facts (--evidence-root). Regenerate with
+    // UVMWATCH_BLESS=1 after changing the fixture generator.
+    let committed = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../testbed/fixtures/incident-host");
+    let fresh = incident_host(false);
+    if std::env::var_os("UVMWATCH_BLESS").is_some() {
+        let _ = std::fs::remove_dir_all(&committed);
+        copy_tree(fresh.path(), &committed);
+    }
+    let a = tree(fresh.path());
+    let b = tree(&committed);
+    assert_eq!(
+        a.keys().collect::<Vec<_>>(),
+        b.keys().collect::<Vec<_>>(),
+        "testbed/fixtures/incident-host is stale: run with UVMWATCH_BLESS=1"
+    );
+    for (k, v) in &a {
+        assert_eq!(Some(v), b.get(k), "{k} differs: run with UVMWATCH_BLESS=1");
+    }
+}
+
+fn tree(root: &std::path::Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    for (rel, bytes) in tree(from) {
+        let dst = to.join(rel);
+        std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
+        std::fs::write(dst, bytes).unwrap();
+    }
+}

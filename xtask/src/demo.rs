@@ -39,7 +39,15 @@ const METRIC_PREFIXES: &[&str] = &[
     "uvmwatch_probe_attached",
     "uvmwatch_libcuda_targets",
     "uvmwatch_events_dropped_total",
+    "uvmwatch_diagnosis",
 ];
+
+/// The host facts the demo's agent diagnoses with (`--evidence-root`): a snapshot of the
+/// motivating incident's machine (open module 590 on a 6.8 kernel, HMM on, KASLR on, no HMM
+/// device memory set up), kept in the repository and checked against the generator by
+/// `agent/tests/diagnosis.rs`. This machine has no NVIDIA driver, so its own facts would
+/// give the rules nothing to go on.
+const INCIDENT_SNAPSHOT: &str = "testbed/fixtures/incident-host";
 
 /// The agent, its log shown live and kept for checks.
 struct Agent {
@@ -60,7 +68,9 @@ impl Agent {
             "3s",
             "--ioctl-stall",
             "2s",
+            "--evidence-root",
         ])
+        .arg(util::workspace_root().join(INCIDENT_SNAPSHOT))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
