@@ -321,8 +321,8 @@ fn a_host_root_is_read_instead_of_the_containers_file_system() {
 fn the_demo_incident_snapshot_is_current() {
     // `cargo xtask demo` diagnoses with these facts (--evidence-root). Regenerate with
     // UVMWATCH_BLESS=1 after changing the fixture generator.
-    let committed = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../testbed/fixtures/incident-host");
+    let committed =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testbed/fixtures/incident-host");
     let fresh = incident_host(false);
     if std::env::var_os("UVMWATCH_BLESS").is_some() {
         let _ = std::fs::remove_dir_all(&committed);
