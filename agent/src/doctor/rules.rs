@@ -512,7 +512,11 @@ fn hmm_setup_failure(e: &Evidence, o: &Observations) -> Option<Finding> {
         .find(|s| s.contains(FREE_MEM_REGION));
     // cuInit 3/802 after successful opens where the ioctl probes could not see the calls.
     let ioctl_blind = probe_unavailable(o, "ioctl");
+    // HMM device memory already set up (nvidia-uvm-hmm in /proc/iomem) means the set-up
+    // did not fail: a blind 3/802 is then not evidence of it.
+    let hmm_set_up = e.iomem_hmm.get().is_some_and(|l| !l.is_empty());
     let blind_failure = reg_failed.is_none()
+        && !hmm_set_up
         && ioctl_blind.is_some()
         && cuinit_is(o, &[cu::NOT_INITIALIZED, cu::SYSTEM_NOT_READY])
         && o.device_opens > 0
@@ -2677,6 +2681,19 @@ mod tests {
             (Severity::Critical, Confidence::Low)
         );
         assert!(mentions(&f, "UVM_REGISTER_GPU result not seen"));
+        // Blind, but HMM device memory is already set up (nvidia-uvm-hmm in /proc/iomem):
+        // the set-up did not fail, so no critical finding.
+        let set_up = motivating_host().with(|e| {
+            e.iomem_hmm = Fact::ok(
+                vec!["  3000000000-3fffffffff : nvidia-uvm-hmm".into()],
+                "/proc/iomem",
+            )
+        });
+        let f = run("hmm_setup_failure", &set_up, &blind);
+        assert!(
+            f.as_ref().is_none_or(|f| f.severity != Severity::Critical),
+            "{f:?}"
+        );
     }
 
     #[test]
