@@ -215,6 +215,7 @@ impl Core {
             let Ok(fds) = procfs::nvidia_fds(&self.cfg.proc_root, pid) else {
                 continue;
             };
+            let mut kinds = HashMap::new();
             for f in fds {
                 let (kind, minor) = match f.node {
                     procfs::NodeKind::Ctl => (node::CTL, 0),
@@ -222,6 +223,7 @@ impl Core {
                     procfs::NodeKind::Uvm => (node::UVM, 0),
                     procfs::NodeKind::UvmTools => (node::UVM_TOOLS, 0),
                 };
+                kinds.insert(f.fd, (kind, minor));
                 if self
                     .kernel()
                     .seed_fd(pid, f.fd, kind, minor, f.cloexec)
@@ -230,6 +232,9 @@ impl Core {
                     n += 1;
                 }
             }
+            if !kinds.is_empty() {
+                self.seed_blocked_ioctls(pid, &kinds);
+            }
         }
         if n > 0 {
             tracing::info!(
@@ -237,6 +242,47 @@ impl Core {
                 count = n,
                 "NVIDIA fds opened before the agent started are tracked"
             );
+        }
+    }
+
+    /// Threads of `pid` already blocked in an ioctl on one of its NVIDIA fds when the agent
+    /// starts (from `/proc/<pid>/task/<tid>/syscall`): their entry was never seen, so they
+    /// are put in the kernel's in-flight map with the agent's start as their start. The stall
+    /// detector then reports them (their age is a lower bound) and the exit probe ends them.
+    fn seed_blocked_ioctls(&mut self, pid: u32, fds: &HashMap<u32, (u8, u8)>) {
+        let now = kernel::monotonic_ns();
+        for tid in procfs::list_threads(&self.cfg.proc_root, pid).unwrap_or_default() {
+            let Some((nr, args)) = procfs::syscall_of(&self.cfg.proc_root, pid, tid) else {
+                continue;
+            };
+            if nr != libc::SYS_ioctl {
+                continue;
+            }
+            let fd = args[0] as u32;
+            let Some(&(kind, minor)) = fds.get(&fd) else {
+                continue;
+            };
+            let e = uvmwatch_common::InflightIoctl {
+                start_ns: now,
+                arg: args[2],
+                tgid: pid,
+                fd,
+                cmd: args[1] as u32,
+                node: kind,
+                minor,
+                in_cuinit: 0,
+                _pad: 0,
+            };
+            if self.kernel().seed_inflight_ioctl(tid, e).is_ok() {
+                tracing::warn!(
+                    event = "in_flight_at_start",
+                    pid,
+                    tid,
+                    ioctl = %nvidia::ioctl_display(kind, args[1] as u32),
+                    node = %nvidia::node_path(kind, minor),
+                    "a thread was already inside a driver call when the agent started; its age counts from now"
+                );
+            }
         }
     }
 

@@ -514,6 +514,17 @@ impl Kernel {
         Ok(m.iter().filter_map(|r| r.ok()).collect())
     }
 
+    /// Records a driver call already in progress on thread `tid` (seen in `/proc` at start).
+    ///
+    /// # Errors
+    /// The map update fails.
+    pub fn seed_inflight_ioctl(&mut self, tid: u32, e: InflightIoctl) -> Result<()> {
+        let mut m: HashMap<&mut MapData, u32, InflightIoctl> =
+            HashMap::try_from(self.bpf.map_mut("INFLIGHT_IOCTL").context("map")?)?;
+        m.insert(tid, e, 0)?;
+        Ok(())
+    }
+
     /// Removes in-flight entries of a thread that no longer exists.
     pub fn forget_thread(&mut self, tid: u32) {
         for name in ["INFLIGHT_CUINIT", "INFLIGHT_IOCTL"] {

@@ -179,6 +179,45 @@ pub fn ns_pid(proc_root: &Path, pid: u32) -> Result<Option<u32>> {
     Ok(None)
 }
 
+/// Thread ids of process `pid` (`<proc_root>/<pid>/task`), sorted.
+///
+/// Errors: the directory cannot be read (the process exited).
+pub fn list_threads(proc_root: &Path, pid: u32) -> Result<Vec<u32>> {
+    let dir = proc_root.join(pid.to_string()).join("task");
+    let mut out: Vec<u32> = fs::read_dir(&dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// The system call thread `tid` of `pid` is blocked in, from
+/// `<proc_root>/<pid>/task/<tid>/syscall` (`nr arg0 .. arg5 sp pc`, arguments in hex):
+/// `(nr, [arg0..arg5])`. `None` when running, not in a system call, or unreadable (needs
+/// ptrace access to the process).
+pub fn syscall_of(proc_root: &Path, pid: u32, tid: u32) -> Option<(i64, [u64; 6])> {
+    let p = proc_root
+        .join(pid.to_string())
+        .join("task")
+        .join(tid.to_string())
+        .join("syscall");
+    parse_syscall(&fs::read_to_string(p).ok()?)
+}
+
+/// Parses the text of a `syscall` file (see [`syscall_of`]).
+pub fn parse_syscall(text: &str) -> Option<(i64, [u64; 6])> {
+    let mut it = text.split_whitespace();
+    let nr: i64 = it.next()?.parse().ok()?;
+    let mut args = [0u64; 6];
+    for a in args.iter_mut() {
+        let v = it.next()?;
+        *a = u64::from_str_radix(v.trim_start_matches("0x"), 16).ok()?;
+    }
+    Some((nr, args))
+}
+
 /// Thread-group id (process id) of thread `tid`, from the `Tgid:` line of
 /// `<proc_root>/<tid>/status` (procfs resolves any thread id at the top level, though
 /// only thread-group leaders are listed).
@@ -443,6 +482,22 @@ fn parse_kernel_stack(stack: &str) -> Vec<String> {
             (!sym.is_empty()).then(|| sym.to_string())
         })
         .collect()
+}
+
+#[cfg(test)]
+mod syscall_tests {
+    use super::*;
+
+    #[test]
+    fn parses_blocked_and_running_threads() {
+        let (nr, a) =
+            parse_syscall("16 0x5 0x25 0x7ffc6a1b2c30 0x0 0x0 0x0 0x7ffc6a1b2c08 0x7f3e2a91b94b\n")
+                .unwrap();
+        assert_eq!((nr, a[0], a[1], a[2]), (16, 5, 0x25, 0x7ffc6a1b2c30));
+        assert_eq!(parse_syscall("running\n"), None);
+        assert_eq!(parse_syscall("-1 0x7ffc 0x7f3e\n"), None);
+        assert_eq!(parse_syscall(""), None);
+    }
 }
 
 #[cfg(test)]

@@ -767,3 +767,55 @@ fn workload_labels_are_opt_in_and_come_from_the_process() {
     );
     assert!(agent.stop());
 }
+
+#[test]
+fn a_call_already_stuck_when_the_agent_starts_is_reported() {
+    require_env!("a_call_already_stuck_when_the_agent_starts_is_reported");
+    let cfg = FakeDevConfig {
+        ioctl_rules: vec![IoctlRule::new(0x25, IoctlAction::Hang)],
+        ..FakeDevConfig::default()
+    };
+    let dev = FakeDev::start(artifacts(), cfg).unwrap();
+    let mut w = workload(
+        &dev,
+        Scenario::HangRegisterGpu,
+        LibLocation::PrivateNamespace,
+    );
+    let pid = w.pid();
+    // Wait until the workload sits in UVM_REGISTER_GPU, before any agent exists.
+    let t0 = Instant::now();
+    while std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+        .map(|s| !s.starts_with(&format!("{} ", libc::SYS_ioctl)) || !s.contains(" 0x25 "))
+        .unwrap_or(true)
+    {
+        assert!(
+            t0.elapsed() < T,
+            "workload never blocked in UVM_REGISTER_GPU"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let agent = Agent::start(&["--ioctl-stall", "1s"]);
+    agent.expect_event(
+        "in_flight_at_start",
+        |v| {
+            v["event"] == "in_flight_at_start" && pid_is(v, pid) && v["ioctl"] == "UVM_REGISTER_GPU"
+        },
+        T,
+    );
+    let st = agent.expect_event(
+        "stall of the call that started before the agent",
+        |v| v["event"] == "stall" && v["call"] == "UVM_REGISTER_GPU" && pid_is(v, pid),
+        T,
+    );
+    assert_eq!(st["node"], "/dev/nvidia-uvm");
+    assert_eq!(st["wchan"], "request_wait_answer");
+    dev.release().unwrap();
+    assert_eq!(w.next_cuinit_line(T).unwrap().rc, 0);
+    let end = agent.expect_event(
+        "stall_end",
+        |v| v["event"] == "stall_end" && v["call"] == "UVM_REGISTER_GPU" && pid_is(v, pid),
+        T,
+    );
+    assert_eq!(end["outcome"], "returned");
+    assert!(agent.stop());
+}
