@@ -327,6 +327,10 @@ impl Core {
                     pid = e.header.tgid,
                     "tracked process exec'ed"
                 );
+                // A new image: its CUDA state and the identity read before are gone.
+                self.initialized.remove(&e.header.tgid);
+                self.procs.remove(&e.header.tgid);
+                self.workloads.remove(&e.header.tgid);
             }
             Event::Kfunc(e) => self.on_kfunc(&e),
             Event::ProcExit(e) => {
@@ -401,11 +405,8 @@ impl Core {
                 ..Default::default()
             },
         );
-        let exe = procfs::read_thread(&self.cfg.proc_root, h.tgid, h.tid)
-            .ok()
-            .and_then(|t| t.exe)
-            .map(|p| p.display().to_string())
-            .unwrap_or_default();
+        let p = self.proc_info(h.tgid, &comm(h));
+        let exe = p.exe.clone();
         let wl = self.workload(h.tgid);
         tracing::info!(
             event = "cuinit_start",
@@ -423,7 +424,6 @@ impl Core {
             "cuInit entered"
         );
         if !self.sinks.is_empty() {
-            let p = self.proc_info(h.tgid, &comm(h));
             self.emit(CallEvent::CuinitStart {
                 proc: &p,
                 tid: h.tid,
@@ -684,9 +684,9 @@ impl Core {
         }
         if e.ret < 0 {
             let errno = nvidia::errno_name((-e.ret) as u32);
-            let container = procfs::read_thread(&self.cfg.proc_root, h.tgid, h.tgid)
-                .ok()
-                .and_then(|t| t.container_id)
+            let container = self
+                .proc_info(h.tgid, &comm(h))
+                .container_id
                 .unwrap_or_default();
             let obs = Observations {
                 pid: Some(h.tgid),
