@@ -661,7 +661,7 @@ fn bpf_ids_of(pid: u32) -> (Vec<u32>, Vec<u32>) {
 #[test]
 fn metrics_pass_promtool_and_healthz_answers() {
     require_env!("metrics_pass_promtool_and_healthz_answers");
-    let Some(promtool) = which("promtool") else {
+    let Some(promtool) = common::which("promtool") else {
         uvmwatch_testbed::skip(
             "metrics_pass_promtool_and_healthz_answers",
             "promtool not installed (Debian package prometheus; `cargo xtask setup`)",
@@ -710,14 +710,6 @@ fn metrics_pass_promtool_and_healthz_answers() {
     }
     assert!(!m.contains("pid=\""), "no pid labels");
     assert!(agent.stop());
-}
-
-fn which(name: &str) -> Option<std::path::PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| std::path::Path::new(d).join(name))
-        .find(|p| p.exists())
 }
 
 #[test]

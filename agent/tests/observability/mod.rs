@@ -26,23 +26,8 @@ pub fn rule_file() -> PathBuf {
     repo_root().join("deploy/prometheus/uvmwatch-alerts.yaml")
 }
 
-/// An executable on `PATH`.
-pub fn which(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.is_file())
-}
-
-/// A free TCP port on loopback.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+// Shared with the other root tests.
+pub use super::common::{free_port, which};
 
 /// Percent-encodes a query-string value.
 pub fn urlencode(s: &str) -> String {
