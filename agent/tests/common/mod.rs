@@ -255,6 +255,25 @@ impl Agent {
         }
     }
 
+    /// Like [`Agent::stop`], and every log record, the last ones (`stopped`) included.
+    pub fn stop_with_records(mut self) -> (bool, Vec<Value>) {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let end = Instant::now() + Duration::from_secs(10);
+        let ok = loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break st.success();
+            }
+            if Instant::now() > end {
+                let _ = self.child.kill();
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        // The reader thread sees the pipe close after the last line.
+        std::thread::sleep(Duration::from_millis(200));
+        (ok, self.records())
+    }
+
     /// Process id of the agent.
     pub fn pid(&self) -> u32 {
         self.child.id()
