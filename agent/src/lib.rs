@@ -1,26 +1,17 @@
-//! uvmwatch agent library: probes, event decoding, stall detection, metrics.
+//! uvmwatch agent library: probes, event decoding, stall detection, diagnosis, exports.
 //!
-//! The data path reads top to bottom: [`kernel`] loads and attaches the eBPF programs
-//! (listed in [`probes`]); [`events`] decodes what they send; [`agent`] keeps per-call state,
-//! finds stalls with [`stall`] and enriches them from [`procfs`]; [`discovery`] finds every
-//! libcuda to probe; [`metrics`] and [`http`] export the result.
+//! The modules read as the data path: [`kernel`] loads and attaches the eBPF programs;
+//! [`decode`] turns their records into typed records with names; [`host`] reads procfs,
+//! finds libcuda and identifies workloads; [`observer`] keeps per-call state, finds stalls
+//! and diagnoses them with [`doctor`]; [`event`] is what it hands on; [`export`] turns that
+//! into logs, metrics, traces and capture files; [`cmd`] holds the commands.
 
-pub mod agent;
-pub mod annotate;
-pub mod capture;
-pub mod config;
-pub mod discovery;
+pub mod clock;
+pub mod cmd;
+pub mod decode;
 pub mod doctor;
-pub mod events;
-pub mod http;
-pub mod kallsyms;
+pub mod event;
+pub mod export;
+pub mod host;
 pub mod kernel;
-pub mod metrics;
-pub mod nvidia;
-pub mod otlp;
-pub mod probes;
-pub mod procfs;
-pub mod sink;
-pub mod stall;
-pub mod tracefs;
-pub mod workload;
+pub mod observer;

@@ -24,14 +24,16 @@ use std::{
 
 use serde_json::Value;
 use uvmwatch::{
-    annotate::{self, TRACK_TID_BASE},
-    capture::{
-        self, chrome,
-        model::{Capture, Meta, Recorder},
-        perfetto, Format,
-    },
     doctor::finding::{Confidence, Finding, Severity},
-    sink::{CallEvent, Clock, ProcessInfo},
+    event::{CallEvent, Clock, ProcessInfo},
+    export::{
+        annotate::{self, TRACK_TID_BASE},
+        capture::{
+            self, chrome,
+            model::{Capture, Meta, Recorder},
+            perfetto, Format,
+        },
+    },
 };
 use uvmwatch_testbed::{
     FakeDev, FakeDevConfig, IoctlAction, IoctlRule, LibLocation, Scenario, Workload, WorkloadConfig,

@@ -357,7 +357,7 @@ fn measure(caps: Option<&[String]>, filter: Option<&Path>) -> Abilities {
         eprintln!("  {}", line.unwrap());
     }
     let m = agent.metrics();
-    a.required_probes = uvmwatch::probes::REGISTRY
+    a.required_probes = uvmwatch::kernel::registry::REGISTRY
         .iter()
         .filter(|p| p.required)
         .all(|p| metric(&m, "uvmwatch_probe_attached", &[("probe", p.label)]) == Some(1.0));

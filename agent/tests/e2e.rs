@@ -696,7 +696,7 @@ fn metrics_pass_promtool_and_healthz_answers() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    for (name, _, _) in uvmwatch::metrics::FAMILIES {
+    for (name, _, _) in uvmwatch::export::metrics::FAMILIES {
         if *name == "uvmwatch_diagnosis" {
             continue; // series appear with the first finding
         }

@@ -171,7 +171,7 @@ fn prometheus_rule_for_the_operator_has_the_same_rules() {
 
 #[test]
 fn required_probes_in_alerts_and_dashboards_match_the_agent() {
-    let required: Vec<&str> = uvmwatch::probes::REGISTRY
+    let required: Vec<&str> = uvmwatch::kernel::registry::REGISTRY
         .iter()
         .filter(|p| p.required)
         .map(|p| p.label)
@@ -214,7 +214,7 @@ fn dashboards_are_generated_and_well_formed() {
         eprintln!("note: python3 not installed: generate.py --check not run");
     }
 
-    let known: BTreeSet<String> = uvmwatch::metrics::FAMILIES
+    let known: BTreeSet<String> = uvmwatch::export::metrics::FAMILIES
         .iter()
         .flat_map(|(name, kind, _)| {
             if *kind == "histogram" {
@@ -228,7 +228,7 @@ fn dashboards_are_generated_and_well_formed() {
             }
         })
         .collect();
-    let histograms: Vec<&str> = uvmwatch::metrics::FAMILIES
+    let histograms: Vec<&str> = uvmwatch::export::metrics::FAMILIES
         .iter()
         .filter(|(_, k, _)| *k == "histogram")
         .map(|(n, _, _)| *n)

@@ -396,7 +396,7 @@ pub struct ContainerInputs {
 /// In order: a `kubepods` cgroup path or `KUBERNETES_SERVICE_HOST` in init's environment
 /// (`kubernetes`, with the pod UID from the cgroup path); the runtime named by the cgroup
 /// path that holds a container id (`docker`, `containerd`, `cri-o`, `podman`, `lxc`, see
-/// [`crate::procfs::container_id`]); `/.dockerenv` (`docker`); `/run/.containerenv`
+/// [`crate::host::procfs::container_id`]); `/.dockerenv` (`docker`); `/run/.containerenv`
 /// (`podman`); `container=` in init's environment (`lxc`, `docker`, `podman`, else
 /// `container`); a container id alone (`container`); else `host`. The doctor's own cgroup
 /// is looked at before init's.
@@ -410,7 +410,8 @@ pub fn detect_container(inputs: &ContainerInputs) -> (ContainerInfo, String) {
     .collect();
     let id_and_runtime = cgroups.iter().find_map(|(source, text)| {
         text.lines().find_map(|line| {
-            crate::procfs::container_id(line).map(|id| (id, runtime_of_cgroup_line(line), *source))
+            crate::host::procfs::container_id(line)
+                .map(|id| (id, runtime_of_cgroup_line(line), *source))
         })
     });
     let env: Vec<&str> = inputs
@@ -520,7 +521,7 @@ fn collect_processes(root: &Root) -> (Fact<Vec<String>>, Fact<Vec<MappedLibcuda>
     const DAEMON_SOURCE: &str = "/proc/<pid>/comm";
     const LIBCUDA_SOURCE: &str = "/proc/<pid>/maps";
     let proc_dir = root.fs_path("/proc");
-    let pids = match crate::procfs::list_pids(&proc_dir) {
+    let pids = match crate::host::procfs::list_pids(&proc_dir) {
         Ok(pids) => pids,
         Err(err) => {
             let why = format!("not readable: cannot list processes: {}", err.root_cause());
@@ -545,7 +546,7 @@ fn collect_processes(root: &Root) -> (Fact<Vec<String>>, Fact<Vec<MappedLibcuda>
             continue;
         }
         // The process may have exited since: skip it then.
-        let Ok(paths) = crate::discovery::mapped_libcuda(&proc_dir, pid) else {
+        let Ok(paths) = crate::host::discovery::mapped_libcuda(&proc_dir, pid) else {
             continue;
         };
         let comm = root
@@ -580,13 +581,13 @@ pub fn daemon_of_comm(comm: &str) -> Option<&'static str> {
 }
 
 /// Keeps a `/proc/<pid>/maps` line whose path names libcuda
-/// ([`crate::discovery::is_libcuda_name`]); the path is everything from the first `/` (the
+/// ([`crate::host::discovery::is_libcuda_name`]); the path is everything from the first `/` (the
 /// fields before it hold none).
 fn keep_libcuda_line(line: &[u8]) -> Option<Vec<u8>> {
     let text = String::from_utf8_lossy(line);
     let path = &text[text.find('/')?..];
     let path = path.strip_suffix(" (deleted)").unwrap_or(path);
-    crate::discovery::is_libcuda_name(path).then(|| line.to_vec())
+    crate::host::discovery::is_libcuda_name(path).then(|| line.to_vec())
 }
 
 /// Driver version in a libcuda file name: `libcuda.so.590.48.01` gives `590.48.01`; names

@@ -17,11 +17,16 @@ use uvmwatch_common::{DIED_IN_CUINIT, IOCTL_FAILED, OPEN_IN_CUINIT, OPEN_LIBCUDA
 
 use super::facts::{Observations, SeenCall};
 use crate::{
-    discovery::{self, Discovery},
-    events::{self, cstr, Event},
+    decode::{
+        nvidia,
+        record::{self, cstr, Event},
+    },
+    export::metrics::ioctl_result_label,
+    host::{
+        discovery::{self, Discovery},
+        procfs,
+    },
     kernel::{Kernel, KernelSettings},
-    metrics::ioctl_result_label,
-    nvidia, procfs,
 };
 
 /// How the probe went, besides the observations.
@@ -47,7 +52,8 @@ pub fn run(libcuda: &[PathBuf], deadline: Duration) -> Result<ProbeRun> {
     })
     .context("loading the probes (doctor --probe needs root)")?;
     for (spec, st) in kernel.probe_states() {
-        if st.gauge() == 0 && !matches!(spec.attach, crate::probes::Attach::Uprobe { .. }) {
+        if st.gauge() == 0 && !matches!(spec.attach, crate::kernel::registry::Attach::Uprobe { .. })
+        {
             obs.unavailable_probes.push(format!("{}: {st}", spec.label));
         }
     }
@@ -103,7 +109,7 @@ pub fn run(libcuda: &[PathBuf], deadline: Duration) -> Result<ProbeRun> {
     let mut exited = false;
     loop {
         while let Some(item) = ring.next() {
-            if let Ok(ev) = events::decode(&item) {
+            if let Ok(ev) = record::decode(&item) {
                 record(&mut obs, pid, &ev);
             }
         }
@@ -168,8 +174,10 @@ fn record(obs: &mut Observations, pid: u32, ev: &Event) {
             } else {
                 nvidia::nv_status_label(e.code)
             };
-            obs.kernel_signals
-                .push(format!("{} = {res}", crate::probes::kfunc_name(e.func)));
+            obs.kernel_signals.push(format!(
+                "{} = {res}",
+                crate::kernel::registry::kfunc_name(e.func)
+            ));
         }
         Event::DiedInCall(e) if e.header.tgid == pid && e.what & DIED_IN_CUINIT != 0 => {
             obs.cuinit_in_flight = true;
@@ -195,7 +203,7 @@ fn hung(obs: &mut Observations, kernel: &Kernel, pid: u32, elapsed: Duration) {
             call: nvidia::ioctl_display(i.node, i.cmd),
             node: nvidia::node_path(i.node, i.minor),
             result: String::new(),
-            seconds: crate::kernel::monotonic_ns().saturating_sub(i.start_ns) as f64 / 1e9,
+            seconds: crate::clock::monotonic_ns().saturating_sub(i.start_ns) as f64 / 1e9,
         });
     }
     if let Ok(t) = procfs::read_thread(Path::new("/proc"), pid, tid) {

@@ -30,7 +30,7 @@ use super::facts::{
     DevNode, DriverInfo, Evidence, Fact, KernelLog, Observations, SeenCall, SmiInfo,
 };
 use super::finding::{Confidence, EvidenceItem, Finding, FixStep, Severity, Where};
-use crate::nvidia::cu_result_name;
+use crate::decode::nvidia::cu_result_name;
 
 /// One diagnosis rule.
 pub struct Rule {

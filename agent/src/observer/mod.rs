@@ -27,8 +27,14 @@ use uvmwatch_common::{
     DIED_IN_IOCTL, IOCTL_FAILED, IOCTL_IN_CUINIT, IOCTL_SLOW, OPEN_IN_CUINIT, OPEN_LIBCUDA,
 };
 
+pub mod stall;
+
 use crate::{
-    discovery::{self, Discovery, LibTarget},
+    clock,
+    decode::{
+        nvidia,
+        record::{self, cstr, Event},
+    },
     doctor::{
         collect,
         facts::{Evidence, Observations, SeenCall},
@@ -36,15 +42,19 @@ use crate::{
         root::Root,
         rules,
     },
-    events::{self, cstr, Event},
-    http,
-    kernel::{self, Kernel, KernelSettings},
-    metrics::{KernelCollector, Metrics},
-    nvidia, procfs,
-    sink::{CallEvent, ProcessInfo, Sink},
-    stall::{self, CallKey, CallKind, InFlight, StallDetector},
-    workload::WorkloadInfo,
+    event::{CallEvent, ProcessInfo, Sink},
+    export::{
+        http,
+        metrics::{KernelCollector, Metrics},
+    },
+    host::{
+        discovery::{self, Discovery, LibTarget},
+        procfs,
+        workload::WorkloadInfo,
+    },
+    kernel::{Kernel, KernelSettings},
 };
+use stall::{CallKey, CallKind, InFlight, StallDetector};
 
 /// Settings of `uvmwatch run`.
 #[derive(Clone, Debug)]
@@ -250,7 +260,7 @@ impl Core {
     /// are put in the kernel's in-flight map with the agent's start as their start. The stall
     /// detector then reports them (their age is a lower bound) and the exit probe ends them.
     fn seed_blocked_ioctls(&mut self, pid: u32, fds: &HashMap<u32, (u8, u8)>) {
-        let now = kernel::monotonic_ns();
+        let now = clock::monotonic_ns();
         for tid in procfs::list_threads(&self.cfg.proc_root, pid).unwrap_or_default() {
             let Some((nr, args)) = procfs::syscall_of(&self.cfg.proc_root, pid, tid) else {
                 continue;
@@ -380,7 +390,7 @@ impl Core {
         if let Some(w) = self.workloads.get(&pid) {
             return w.clone();
         }
-        let w = crate::workload::identify(&self.cfg.proc_root, pid);
+        let w = crate::host::workload::identify(&self.cfg.proc_root, pid);
         if self.workloads.len() > 4096 {
             self.workloads.clear();
         }
@@ -551,7 +561,7 @@ impl Core {
         let node_path = nvidia::node_path(e.node, e.minor);
         let res = match e.result_kind {
             result::ERRNO => nvidia::errno_name(e.status),
-            k => crate::metrics::ioctl_result_label(k, e.status),
+            k => crate::export::metrics::ioctl_result_label(k, e.status),
         };
         let dur = h.ts_ns.saturating_sub(e.start_ns);
         let secs = dur as f64 / 1e9;
@@ -746,7 +756,7 @@ impl Core {
     /// of the thread's `cuInit` for the diagnosis rules.
     fn on_kfunc(&mut self, e: &KfuncEvent) {
         let h = &e.header;
-        let func = crate::probes::kfunc_name(e.func);
+        let func = crate::kernel::registry::kfunc_name(e.func);
         let res = if e.kind == result::ERRNO {
             format!("-{} ({})", e.code, nvidia::errno_name(e.code))
         } else {
@@ -791,7 +801,7 @@ impl Core {
                 } else {
                     "module_unloaded"
                 },
-                module = crate::probes::UVM_MODULE,
+                module = crate::kernel::registry::UVM_MODULE,
                 "kprobes on the module's functions {}",
                 if loaded { "attached" } else { "detached" }
             );
@@ -861,7 +871,7 @@ impl Core {
                 k.inflight_ioctls().unwrap_or_default(),
             )
         };
-        let now = kernel::monotonic_ns();
+        let now = clock::monotonic_ns();
         let calls = cu
             .into_iter()
             .map(|(tid, c)| {
@@ -930,7 +940,7 @@ impl Core {
             }
         }
         let snap = self.snapshot();
-        let now = kernel::monotonic_ns();
+        let now = clock::monotonic_ns();
         let cu_in_flight = snap
             .iter()
             .filter(|c| c.key.kind == CallKind::Cuinit)
@@ -1123,7 +1133,7 @@ impl Core {
     /// `uvmwatch_diagnosis` for the configured time.
     fn diagnose(&mut self, obs: &Observations) -> Vec<Finding> {
         let findings = rules::diagnose(&self.evidence, obs);
-        let until = kernel::monotonic_ns() + self.cfg.diagnosis_ttl.as_nanos() as u64;
+        let until = clock::monotonic_ns() + self.cfg.diagnosis_ttl.as_nanos() as u64;
         for f in &findings {
             self.incident_findings
                 .insert((f.rule.clone(), f.severity), until);
@@ -1138,7 +1148,7 @@ impl Core {
     fn log_findings(&mut self, findings: &[Finding], pid: u32, trigger: &str) {
         if !self.sinks.is_empty() && !findings.is_empty() {
             let p = self.proc_info(pid, "");
-            let now = kernel::monotonic_ns();
+            let now = clock::monotonic_ns();
             for f in findings {
                 self.emit(CallEvent::Diagnosis {
                     proc: &p,
@@ -1206,7 +1216,7 @@ impl Core {
     /// `uvmwatch_diagnosis{rule,severity}`: 1 for static findings and unexpired incident
     /// findings, 0 for those that expired (so an alert sees them resolve).
     fn update_diagnosis_gauge(&mut self) {
-        let now = kernel::monotonic_ns();
+        let now = clock::monotonic_ns();
         let mut expired = Vec::new();
         for (k, until) in &self.incident_findings {
             if *until <= now {
@@ -1310,7 +1320,7 @@ fn thread_alive(proc_root: &Path, tgid: u32, tid: u32) -> bool {
 
 fn drain(rb: &mut RingBuf<MapData>, core: &mut Core) {
     while let Some(item) = rb.next() {
-        match events::decode(&item) {
+        match record::decode(&item) {
             Ok(ev) => core.handle(ev),
             Err(e) => {
                 core.metrics.user_drops.inc();
@@ -1413,7 +1423,7 @@ pub async fn run(cfg: RunConfig, sinks: Vec<Box<dyn Sink>>) -> Result<()> {
         );
     }
 
-    let heartbeat = Arc::new(AtomicU64::new(kernel::monotonic_ns()));
+    let heartbeat = Arc::new(AtomicU64::new(clock::monotonic_ns()));
     let server = listener.map(|l| tokio::spawn(http::serve(l, metrics.clone(), heartbeat.clone())));
     let deadline = async {
         match cfg.stop_after {
@@ -1449,7 +1459,7 @@ pub async fn run(cfg: RunConfig, sinks: Vec<Box<dyn Sink>>) -> Result<()> {
                 if ticks.is_multiple_of(20) {
                     core.check_module();
                 }
-                heartbeat.store(kernel::monotonic_ns(), Ordering::Relaxed);
+                heartbeat.store(clock::monotonic_ns(), Ordering::Relaxed);
             }
             _ = sweep.tick() => {
                 core.sweep();

@@ -10,7 +10,7 @@ use std::{
     collections::{BTreeMap, BTreeSet},
 };
 
-use crate::sink::{CallEvent, Clock, ProcessInfo};
+use crate::event::{CallEvent, Clock, ProcessInfo};
 
 /// Width of the buckets of the ioctl-rate counter.
 pub const RATE_BUCKET_NS: u64 = 100_000_000;

@@ -577,7 +577,7 @@ impl Discovery {
     /// [`Self::from_process`] over every process in `proc_root`. Processes that vanish or
     /// cannot be read are skipped (logged at `debug`). Returns the new files.
     pub fn scan_all(&mut self, proc_root: &Path) -> Vec<LibTarget> {
-        let pids = match crate::procfs::list_pids(proc_root) {
+        let pids = match crate::host::procfs::list_pids(proc_root) {
             Ok(pids) => pids,
             Err(err) => {
                 tracing::warn!("cannot list processes: {err:#}");

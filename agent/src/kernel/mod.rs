@@ -24,12 +24,13 @@ use uvmwatch_common::{
     LatencyHist, OpenKey, ProcState, FD_CLOEXEC, FD_FROM_PROC, HIST_BUCKETS,
 };
 
-use crate::{
-    kallsyms::Kallsyms,
-    nvidia,
-    probes::{self, Attach, ProbeSpec, ProbeState, UVM_MODULE},
-    tracefs,
-};
+pub mod kallsyms;
+pub mod registry;
+pub mod tracefs;
+
+use crate::decode::nvidia;
+use kallsyms::Kallsyms;
+use registry::{self as probes, Attach, ProbeSpec, ProbeState, UVM_MODULE};
 
 /// The eBPF object (`bpfel-unknown-none`, built by `build.rs` from `agent-ebpf`).
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/uvmwatch-ebpf"));
@@ -63,17 +64,6 @@ pub struct Kernel {
     targets: StdHashMap<(u64, u64), LibcudaTarget>,
     /// Where tracefs is, when it is.
     pub tracefs: Option<PathBuf>,
-}
-
-/// `clock_gettime(CLOCK_MONOTONIC)` in ns: the clock of `bpf_ktime_get_ns()`.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer to a timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Whether this process can load BPF programs (effective uid 0 is the practical test; the
@@ -590,7 +580,7 @@ impl Kernel {
         minor: u8,
         cloexec: bool,
     ) -> Result<()> {
-        let now = monotonic_ns();
+        let now = crate::clock::monotonic_ns();
         let p = {
             let mut procs: HashMap<&mut MapData, u32, ProcState> =
                 HashMap::try_from(self.bpf.map_mut("PROCS").context("map")?)?;

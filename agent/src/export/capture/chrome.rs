@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 use super::model::{Arg, Capture, Event, Kind, Meta, Process, Thread, AGENT_PROCESS_NAME};
-use crate::sink::Clock;
+use crate::event::Clock;
 
 /// Microseconds with three decimals from signed nanoseconds, exactly (`-1.500`).
 pub fn micros(ns: i128) -> String {
@@ -396,7 +396,7 @@ pub fn decode(text: &str) -> Result<Capture> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capture::model::tests::story;
+    use crate::export::capture::model::tests::story;
 
     #[test]
     fn micros_are_exact() {

@@ -7,7 +7,7 @@ use std::sync::{
 
 use axum::{extract::State, http::StatusCode, response::IntoResponse, routing::get, Router};
 
-use crate::{kernel::monotonic_ns, metrics::Metrics};
+use crate::{clock::monotonic_ns, export::metrics::Metrics};
 
 /// `/healthz` fails when the main loop has not run for this long (ns).
 const STALE_AFTER_NS: u64 = 5_000_000_000;

@@ -20,7 +20,10 @@ use prometheus::{
 };
 use uvmwatch_common::{counter, result, IoctlKey, LatencyHist, HIST_BUCKETS};
 
-use crate::{kernel::Kernel, nvidia, probes::ProbeState};
+use crate::{
+    decode::nvidia,
+    kernel::{registry::ProbeState, Kernel},
+};
 
 /// Bucket upper bounds (seconds) of `uvmwatch_cuinit_duration_seconds`: 1 ms to 10 minutes,
 /// since a healthy `cuInit` takes 0.1–5 s and a hung one is the point of the agent.
@@ -118,7 +121,7 @@ const FAMILY_LABELS: &[(&str, &str)] = &[
 pub fn reference_markdown() -> String {
     let mut s = String::from(
         "# Metrics reference\n\n\
-         Generated from `agent/src/metrics.rs` by `uvmwatch metrics-doc`; a test keeps this file \
+         Generated from `agent/src/export/metrics.rs` by `uvmwatch metrics-doc`; a test keeps this file \
          equal to the output. Served on `/metrics` (Prometheus text format 0.0.4).\n\n\
          Label values are bounded: node names (`nvidiactl`, `nvidia<N>`, `nvidia-uvm`, \
          `nvidia-uvm-tools`), ioctl names from the driver headers (`unknown` for others), \
@@ -278,7 +281,7 @@ impl Metrics {
     }
 
     /// Sets `uvmwatch_probe_attached` from the probe table.
-    pub fn set_probes(&self, rows: &[(crate::probes::ProbeSpec, ProbeState)]) {
+    pub fn set_probes(&self, rows: &[(crate::kernel::registry::ProbeSpec, ProbeState)]) {
         for (spec, st) in rows {
             self.probe_attached
                 .with_label_values(&[spec.label])
@@ -541,7 +544,10 @@ impl Collector for KernelCollector {
                 continue;
             }
             km.push(histogram_metric(
-                labels(&[("function", crate::probes::kfunc_name(id as u32).to_string())]),
+                labels(&[(
+                    "function",
+                    crate::kernel::registry::kfunc_name(id as u32).to_string(),
+                )]),
                 h,
             ));
         }
@@ -556,7 +562,10 @@ impl Collector for KernelCollector {
             .map(|(key, n)| {
                 counter_metric(
                     labels(&[
-                        ("function", crate::probes::kfunc_name(key.func).to_string()),
+                        (
+                            "function",
+                            crate::kernel::registry::kfunc_name(key.func).to_string(),
+                        ),
                         ("result", ioctl_result_label(key.kind, key.code)),
                     ]),
                     *n as f64,

@@ -12,19 +12,17 @@ pub mod model;
 pub mod perfetto;
 
 use std::{
-    io::{IsTerminal, Write},
+    io::Write,
     path::{Path, PathBuf},
-    process::ExitCode,
     sync::{
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicU64, Ordering},
         Arc, Mutex,
     },
-    time::{Duration, Instant},
 };
 
 use anyhow::{Context, Result};
 
-use crate::sink::{CallEvent, Clock, ProcessInfo, Sink};
+use crate::event::{CallEvent, Clock, ProcessInfo, Sink};
 use model::{Capture, Meta, Recorder};
 
 /// Events a capture keeps at most by default; more are counted as lost.
@@ -256,12 +254,12 @@ impl CaptureSink {
 
 impl Sink for CaptureSink {
     fn event(&mut self, ev: &CallEvent<'_>) {
-        self.record(ev, crate::kernel::monotonic_ns());
+        self.record(ev, crate::clock::monotonic_ns());
     }
 
     fn flush(&mut self) {
         let r = self
-            .write(crate::kernel::monotonic_ns())
+            .write(crate::clock::monotonic_ns())
             .map_err(|e| format!("{e:#}"));
         if let Err(e) = &r {
             tracing::error!(event = "capture_write_failed", path = %self.out.display(), error = %e, "could not write the capture");
@@ -341,204 +339,10 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     r
 }
 
-/// Arguments of `uvmwatch capture`.
-#[derive(clap::Args, Debug, Clone)]
-#[command(group(clap::ArgGroup::new("target").args(["pid", "comm", "container"])))]
-pub struct CaptureArgs {
-    /// Only this process (host pid).
-    #[arg(long, value_name = "PID")]
-    pub pid: Option<u32>,
-    /// Only processes with this name (`comm`, or the executable's file name).
-    #[arg(long, value_name = "NAME")]
-    pub comm: Option<String>,
-    /// Only processes in this container (its id, or a prefix such as the 12 characters
-    /// `docker ps` shows).
-    #[arg(long, value_name = "ID")]
-    pub container: Option<String>,
-    /// Stop after this long (e.g. 30s, 5m); without it, capture until Ctrl-C.
-    #[arg(long, value_parser = humantime::parse_duration)]
-    pub duration: Option<Duration>,
-    /// File format.
-    #[arg(long, value_enum, default_value_t = Format::Perfetto)]
-    pub format: Format,
-    /// The trace file to write.
-    #[arg(short = 'o', long = "output", value_name = "FILE")]
-    pub output: PathBuf,
-    /// A cuInit still running after this long is reported as stalled.
-    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
-    pub cuinit_stall: Duration,
-    /// A driver ioctl still running after this long is reported as stalled.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
-    pub ioctl_stall: Duration,
-    /// Driver ioctls outside cuInit at least this long are captured (failed ones always).
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
-    pub slow_ioctl: Duration,
-    /// A libcuda file to probe in addition to those found (repeatable).
-    #[arg(long)]
-    pub libcuda: Vec<PathBuf>,
-    /// Do not scan running processes' memory maps for libcuda at start.
-    #[arg(long)]
-    pub no_proc_scan: bool,
-    /// Keep at most this many events; more are counted as lost (and said so in the trace).
-    #[arg(long, default_value_t = DEFAULT_MAX_EVENTS)]
-    pub max_events: usize,
-}
-
-impl CaptureArgs {
-    /// The process filter.
-    pub fn filter(&self) -> Filter {
-        Filter {
-            pid: self.pid,
-            comm: self.comm.clone(),
-            container: self.container.clone(),
-        }
-    }
-
-    /// The agent's settings for this capture (no HTTP server).
-    pub fn run_config(&self) -> crate::agent::RunConfig {
-        crate::agent::RunConfig {
-            listen: None,
-            stop_after: self.duration,
-            cuinit_stall: self.cuinit_stall,
-            ioctl_stall: self.ioctl_stall,
-            slow_ioctl: self.slow_ioctl,
-            libcuda: self.libcuda.clone(),
-            proc_scan: !self.no_proc_scan,
-            proc_root: PathBuf::from("/proc"),
-            evidence_root: None,
-            diagnosis_ttl: Duration::from_secs(600),
-            evidence_refresh: Duration::from_secs(300),
-            workload_labels: false,
-        }
-    }
-}
-
-/// Redraws one progress line on stderr until `stop` is set. The cursor is left at the
-/// start of the line, so a log record printed meanwhile overwrites it instead of being
-/// appended to it.
-fn progress_loop(p: Arc<Progress>, stop: Arc<AtomicBool>, out: PathBuf) {
-    let start = Instant::now();
-    let mut err = std::io::stderr();
-    while !stop.load(Ordering::Relaxed) {
-        let _ = write!(
-            err,
-            "\r\x1b[2Kuvmwatch capture: {:.1} s, {} events from {} processes, {} dropped{} -> {} (Ctrl-C to stop)\r",
-            start.elapsed().as_secs_f64(),
-            p.events.load(Ordering::Relaxed),
-            p.processes.load(Ordering::Relaxed),
-            p.dropped.load(Ordering::Relaxed),
-            match p.lost.load(Ordering::Relaxed) {
-                0 => String::new(),
-                n => format!(", {n} over --max-events"),
-            },
-            out.display(),
-        );
-        let _ = err.flush();
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let _ = write!(err, "\r\x1b[2K");
-    let _ = err.flush();
-}
-
-/// Runs the agent with a [`CaptureSink`] until the duration ends or a signal comes.
-async fn run_until_stopped(cfg: crate::agent::RunConfig, sink: CaptureSink) -> Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    // Our handlers are installed before the agent loads, so an early Ctrl-C does not kill
-    // the process before the file is written: the agent stops on the signals it sees once
-    // its loop runs; one that came earlier is passed on again until it does.
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let run = crate::agent::run(cfg, vec![Box::new(sink)]);
-    tokio::pin!(run);
-    let sig = tokio::select! {
-        r = &mut run => return r,
-        _ = sigint.recv() => libc::SIGINT,
-        _ = sigterm.recv() => libc::SIGTERM,
-    };
-    let mut again = tokio::time::interval(Duration::from_millis(250));
-    loop {
-        tokio::select! {
-            r = &mut run => return r,
-            _ = again.tick() => {
-                // SAFETY: signalling our own process, whose handler is installed above.
-                unsafe { libc::kill(libc::getpid(), sig) };
-            }
-        }
-    }
-}
-
-/// `uvmwatch capture`: runs the agent with a [`CaptureSink`], shows progress on a
-/// terminal, writes the trace at the end. Exit 0 when the file was written.
-///
-/// # Errors
-/// The agent could not start (not root, eBPF load) or the file could not be written.
-pub fn capture_cmd(args: CaptureArgs) -> Result<ExitCode> {
-    let sink = CaptureSink::new(
-        args.filter(),
-        args.format,
-        args.output.clone(),
-        args.max_events,
-        PathBuf::from("/proc"),
-    );
-    let progress = sink.progress();
-    let cfg = args.run_config();
-    let stop = Arc::new(AtomicBool::new(false));
-    let shower = std::io::stderr().is_terminal().then(|| {
-        let (p, s, o) = (progress.clone(), stop.clone(), args.output.clone());
-        std::thread::spawn(move || progress_loop(p, s, o))
-    });
-    let r = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(anyhow::Error::from)
-        .and_then(|rt| rt.block_on(run_until_stopped(cfg, sink)));
-    stop.store(true, Ordering::Relaxed);
-    if let Some(h) = shower {
-        let _ = h.join();
-    }
-    let written = progress
-        .written
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
-    match (r, written) {
-        (Err(e), _) => Err(e),
-        (Ok(()), Some(Ok(w))) => {
-            tracing::info!(
-                event = "capture_written",
-                path = %w.path.display(),
-                events = w.events,
-                processes = w.processes,
-                dropped_events = w.dropped,
-                lost_events = w.lost,
-                bytes = w.bytes,
-                "capture written"
-            );
-            if std::io::stderr().is_terminal() {
-                eprintln!(
-                    "uvmwatch capture: wrote {} ({} events, {} processes, {} dropped, {} lost, {} bytes)",
-                    w.path.display(),
-                    w.events,
-                    w.processes,
-                    w.dropped,
-                    w.lost,
-                    w.bytes
-                );
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        (Ok(()), Some(Err(e))) => Err(anyhow::anyhow!("writing the capture: {e}")),
-        (Ok(()), None) => Err(anyhow::anyhow!(
-            "the agent stopped without writing the capture"
-        )),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capture::model::tests::{test_clock, workload};
+    use crate::export::capture::model::tests::{test_clock, workload};
 
     fn proc(pid: u32, comm: &str, exe: &str, container: Option<&str>) -> ProcessInfo {
         ProcessInfo {
@@ -691,7 +495,7 @@ mod tests {
 
     #[test]
     fn gzip_captures_are_read() {
-        let c = crate::capture::model::tests::story();
+        let c = crate::export::capture::model::tests::story();
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         gz.write_all(&encode(&c, Format::ChromeJson)).unwrap();
         let bytes = gz.finish().unwrap();

@@ -52,8 +52,8 @@ use opentelemetry_proto::tonic::trace::v1::{
 use prost::Message;
 
 use crate::doctor::finding::Finding;
-use crate::sink::{CallEvent, Clock, ProcessInfo, Sink};
-use crate::workload::{self, WorkloadInfo};
+use crate::event::{CallEvent, Clock, ProcessInfo, Sink};
+use crate::host::workload::{self, WorkloadInfo};
 
 /// `service.name` of the resource.
 pub const SERVICE_NAME: &str = "uvmwatch";
@@ -765,7 +765,7 @@ impl Ids {
         let s = if n == 8 {
             u64::from_ne_bytes(seed)
         } else {
-            crate::kernel::monotonic_ns() ^ ((std::process::id() as u64) << 32)
+            crate::clock::monotonic_ns() ^ ((std::process::id() as u64) << 32)
         };
         Ids(s)
     }
@@ -1736,7 +1736,7 @@ impl Exporter {
                 .join(tid.to_string())
                 .exists()
         };
-        let mono = crate::kernel::monotonic_ns();
+        let mono = crate::clock::monotonic_ns();
         let dead: Vec<u32> = self
             .cuinit
             .iter()
@@ -1916,7 +1916,7 @@ impl Exporter {
     /// Queue closed: open spans end as incomplete, everything is sent once (no waiting for
     /// backoff), within the shutdown timeout.
     fn shutdown(&mut self) {
-        let mono = crate::kernel::monotonic_ns();
+        let mono = crate::clock::monotonic_ns();
         let open: Vec<(u32, OpenSpan)> = self.cuinit.drain().collect();
         for (tid, o) in open {
             self.end_incomplete(o, tid, mono, "agent_stopped");
@@ -2183,7 +2183,7 @@ mod tests {
     impl Seq {
         fn new() -> Seq {
             Seq {
-                t: crate::kernel::monotonic_ns(),
+                t: crate::clock::monotonic_ns(),
             }
         }
         fn at(&mut self, ms: u64) -> u64 {
@@ -2721,14 +2721,14 @@ mod tests {
         sink.event(&CallEvent::CuinitStart {
             proc: &p,
             tid: 9999,
-            start_ns: crate::kernel::monotonic_ns(),
+            start_ns: crate::clock::monotonic_ns(),
             flags: 0,
         });
         // Thread 4243 exists: its cuInit stays open.
         sink.event(&CallEvent::CuinitStart {
             proc: &p,
             tid: 4243,
-            start_ns: crate::kernel::monotonic_ns(),
+            start_ns: crate::clock::monotonic_ns(),
             flags: 0,
         });
         let spans = c.wait("closed cuInit", |s| s.iter().any(|s| s.name == "cuInit"));
@@ -2762,7 +2762,7 @@ mod tests {
         let root = fake_proc();
         let mut sink = OtlpSink::start(config(&c, root.path())).unwrap();
         let p = proc_info();
-        let t0 = crate::kernel::monotonic_ns();
+        let t0 = crate::clock::monotonic_ns();
         sink.event(&CallEvent::CuinitStart {
             proc: &p,
             tid: 4243,
@@ -2788,7 +2788,7 @@ mod tests {
     }
 
     fn one_span(sink: &mut OtlpSink, p: &ProcessInfo) {
-        let now = crate::kernel::monotonic_ns();
+        let now = crate::clock::monotonic_ns();
         ioctl(
             sink,
             p,

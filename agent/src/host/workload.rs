@@ -234,7 +234,7 @@ fn mark_mapped(m: &mut Mapped, path: &str) {
 pub fn identify_facts(f: &ProcFacts) -> WorkloadInfo {
     let args = &f.cmdline;
     let mut info = WorkloadInfo {
-        container_id: crate::procfs::container_id(&f.cgroup),
+        container_id: crate::host::procfs::container_id(&f.cgroup),
         pod_uid: pod_uid(&f.cgroup),
         ..WorkloadInfo::default()
     };

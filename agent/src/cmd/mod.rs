@@ -1,0 +1,145 @@
+//! The `uvmwatch` commands: the command line ([`main`]), `run` ([`run`]), `probes`
+//! ([`probes`]), `doctor` ([`doctor`]), `capture` ([`capture`]), `annotate` ([`annotate`]),
+//! and the configuration file of `run` ([`config`]).
+
+pub mod annotate;
+pub mod capture;
+pub mod config;
+pub mod doctor;
+pub mod probes;
+pub mod run;
+
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "uvmwatch",
+    version,
+    about = "Watches how CUDA starts: cuInit, NVIDIA device opens and driver ioctls, with stalls reported as they happen."
+)]
+struct Cli {
+    /// Log format: text on a terminal, json for daemons (one record per line).
+    #[arg(long, value_enum, default_value_t = LogFormat::Auto, global = true, env = "UVMWATCH_LOG_FORMAT")]
+    log_format: LogFormat,
+    /// Log filter (tracing EnvFilter syntax), e.g. `info`, `debug`, `uvmwatch=debug`.
+    #[arg(long, default_value = "info", global = true, env = "UVMWATCH_LOG")]
+    log_level: String,
+    /// Where the host's `/` is mounted when the agent runs in a container (e.g. `/host` in
+    /// the Kubernetes DaemonSet): the diagnosis facts are read below it. Device nodes are
+    /// then never opened by the agent itself.
+    #[arg(long, global = true, env = "UVMWATCH_HOST_ROOT", value_name = "DIR")]
+    host_root: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Auto,
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run the agent: attach the probes, report stalls live, serve /metrics and /healthz.
+    Run(run::RunArgs),
+    /// List every probe, whether it can attach on this host, and why not.
+    Probes {
+        /// Extra libcuda files to try (repeatable).
+        #[arg(long)]
+        libcuda: Vec<PathBuf>,
+    },
+    /// Diagnose why CUDA initialisation fails or hangs on this machine (or a snapshot).
+    Doctor(doctor::DoctorArgs),
+    /// Record what the agent sees about some processes into a Perfetto or Chrome JSON trace.
+    Capture(capture::CaptureArgs),
+    /// Merge a capture into a PyTorch profiler (Kineto) Chrome trace of the same run.
+    Annotate(annotate::AnnotateArgs),
+    /// Print the metrics reference (Markdown) generated from the code.
+    MetricsDoc,
+    /// Internal: dlopen LIB and call cuInit(0) (used by `doctor --probe`).
+    #[command(name = "__cuinit-child", hide = true)]
+    CuinitChild { lib: PathBuf },
+}
+
+fn init_logging(format: LogFormat, level: &str) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_new(level).unwrap_or_else(|e| {
+        eprintln!("uvmwatch: bad --log-level {level:?} ({e}); using info");
+        tracing_subscriber::EnvFilter::new("info")
+    });
+    let json = match format {
+        LogFormat::Json => true,
+        LogFormat::Text => false,
+        LogFormat::Auto => !std::io::stderr().is_terminal(),
+    };
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        b.json().flatten_event(true).with_current_span(false).init();
+    } else {
+        b.with_ansi(std::io::stderr().is_terminal()).init();
+    }
+}
+
+/// The `uvmwatch` command line: parses the arguments (and `--config`), sets up logging and
+/// runs the command. The exit code is the command's (2 when it could not run).
+pub fn main() -> ExitCode {
+    // The configuration file becomes arguments for the flags nothing else set.
+    let (args, from_file) = match config::apply(Cli::command(), std::env::args_os().collect()) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("uvmwatch: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let matches = Cli::command().get_matches_from(&args);
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
+    if let Cmd::Run(a) = &cli.cmd {
+        if a.print_config {
+            print!(
+                "{}",
+                config::describe(&Cli::command(), &matches, &from_file)
+            );
+            return ExitCode::SUCCESS;
+        }
+    }
+    init_logging(cli.log_format, &cli.log_level);
+    if let Some(h) = &cli.host_root {
+        if !h.join("proc").is_dir() {
+            eprintln!(
+                "uvmwatch: --host-root {}: no proc directory there (mount the host's / with its submounts)",
+                h.display()
+            );
+            return ExitCode::from(2);
+        }
+        crate::doctor::root::set_live_prefix(h);
+    }
+    let r = match cli.cmd {
+        Cmd::Run(a) => run::run(a),
+        Cmd::Probes { libcuda } => probes::probes(libcuda),
+        Cmd::Doctor(a) => doctor::doctor(a),
+        Cmd::Capture(a) => capture::capture(a),
+        Cmd::Annotate(a) => annotate::annotate(a),
+        Cmd::CuinitChild { lib } => Ok(ExitCode::from(crate::doctor::probe::cuinit_child(&lib))),
+        Cmd::MetricsDoc => {
+            print!("{}", crate::export::metrics::reference_markdown());
+            Ok(ExitCode::SUCCESS)
+        }
+    };
+    match r {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "uvmwatch failed");
+            eprintln!("uvmwatch: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

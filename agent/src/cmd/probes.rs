@@ -1,0 +1,61 @@
+//! `uvmwatch probes`: what can attach on this host, and why not.
+
+use std::{path::PathBuf, process::ExitCode};
+
+use crate::kernel::registry as probes;
+use crate::{host::discovery, kernel};
+
+/// `uvmwatch probes`: loads and attaches for real, prints the table, detaches.
+/// Exit 0 when every required probe attached, 1 otherwise, 2 when it could not run.
+pub fn probes(libcuda: Vec<PathBuf>) -> anyhow::Result<ExitCode> {
+    if !kernel::is_root() {
+        let rows: Vec<_> = probes::REGISTRY
+            .iter()
+            .map(|s| {
+                (
+                    *s,
+                    probes::ProbeState::Unavailable("needs root to check".into()),
+                )
+            })
+            .collect();
+        print!("{}", probes::render_table(&rows));
+        eprintln!("uvmwatch: not root: cannot load eBPF programs (run as root to check for real)");
+        return Ok(ExitCode::from(1));
+    }
+    let mut k = kernel::Kernel::load(&kernel::KernelSettings {
+        slow_ioctl_ns: 1_000_000_000,
+    })?;
+    let mut d = discovery::Discovery::new();
+    let mut targets: Vec<discovery::LibTarget> = Vec::new();
+    for r in d.from_flags(&libcuda) {
+        match r {
+            Ok(t) => targets.push(t),
+            Err(e) => eprintln!("uvmwatch: --libcuda: {e:#}"),
+        }
+    }
+    let proc_root = PathBuf::from("/proc");
+    targets.extend(d.from_host(
+        &proc_root,
+        std::path::Path::new("/etc/ld.so.cache"),
+        discovery::DRIVER_DIRS,
+    ));
+    targets.extend(d.scan_all(&proc_root));
+    for t in &targets {
+        match k.attach_libcuda(&t.host_path, t.dev, t.ino) {
+            Ok(()) => println!("libcuda: {} (probes attach)", t.host_path.display()),
+            Err(e) => println!("libcuda: {} (cannot probe: {e:#})", t.host_path.display()),
+        }
+    }
+    if targets.is_empty() {
+        println!("libcuda: none found (host ld cache, driver directories, running processes)");
+    }
+    let rows = k.probe_states();
+    print!("{}", probes::render_table(&rows));
+    let ok = rows.iter().all(|(s, st)| !s.required || st.gauge() == 1);
+    drop(k);
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

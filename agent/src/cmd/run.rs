@@ -1,0 +1,109 @@
+//! `uvmwatch run`: the agent as a daemon.
+
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
+
+use crate::{export::otlp, observer};
+
+/// Default `--listen`: port 19400. The Prometheus default port allocations list (9100-9999)
+/// is full; 19400 is outside it and outside the common service ranges (9400 is
+/// dcgm-exporter, whose neighbour in spirit this is).
+const DEFAULT_LISTEN: &str = "0.0.0.0:19400";
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// TOML file whose keys are these flags' long names (precedence: defaults < file <
+    /// environment < flags; docs/deployment.md).
+    #[arg(long, value_name = "FILE", env = "UVMWATCH_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Print the effective configuration, with where each value came from, and exit.
+    #[arg(long)]
+    pub print_config: bool,
+    /// Address for /metrics and /healthz.
+    #[arg(long, default_value = DEFAULT_LISTEN, env = "UVMWATCH_LISTEN")]
+    pub listen: SocketAddr,
+    /// A cuInit still running after this long is reported as stalled (e.g. 20s, 1m).
+    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration, env = "UVMWATCH_CUINIT_STALL")]
+    pub cuinit_stall: Duration,
+    /// A driver ioctl still running after this long is reported as stalled.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, env = "UVMWATCH_IOCTL_STALL")]
+    pub ioctl_stall: Duration,
+    /// Driver ioctls at least this long are logged individually (capped at --ioctl-stall).
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration, env = "UVMWATCH_SLOW_IOCTL")]
+    pub slow_ioctl: Duration,
+    /// A libcuda file to probe in addition to those found (repeatable).
+    #[arg(long)]
+    pub libcuda: Vec<PathBuf>,
+    /// Do not scan running processes' memory maps for libcuda at start.
+    #[arg(long)]
+    pub no_proc_scan: bool,
+    /// Read the diagnosis facts from this snapshot (directory or bundle from `doctor
+    /// --bundle`) instead of this machine; the probes still watch this machine.
+    #[arg(long, value_name = "DIR|FILE", env = "UVMWATCH_EVIDENCE_ROOT")]
+    pub evidence_root: Option<PathBuf>,
+    /// How long a finding from a stall or failure stays active in uvmwatch_diagnosis.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration, env = "UVMWATCH_DIAGNOSIS_TTL")]
+    pub diagnosis_ttl: Duration,
+    /// How often the diagnosis facts (driver, module parameters, kernel log, nvidia-smi, ...)
+    /// are read again.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration, env = "UVMWATCH_EVIDENCE_REFRESH")]
+    pub evidence_refresh: Duration,
+    /// Export spans (cuInit with its driver calls, stalls, diagnoses) over OTLP/HTTP
+    /// protobuf to this endpoint (`<URL>/v1/traces`), e.g. http://127.0.0.1:4318.
+    #[arg(long, value_name = "URL", env = "UVMWATCH_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+    /// Extra HTTP header for the OTLP endpoint (repeatable), e.g. authorization=Bearer x.
+    #[arg(long = "otlp-header", value_name = "KEY=VALUE", value_parser = otlp::parse_header)]
+    pub otlp_headers: Vec<(String, String)>,
+    /// Compression of OTLP requests.
+    #[arg(long, value_name = "none|gzip", default_value = "none", value_parser = otlp::Compression::parse)]
+    pub otlp_compression: otlp::Compression,
+    /// Timeout of one OTLP request.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub otlp_timeout: Duration,
+    /// Add bounded workload labels (engine, namespace, pod) to uvmwatch_cuinit_calls_total
+    /// and uvmwatch_stalls_total (off by default: pod names churn with rollouts).
+    #[arg(long, env = "UVMWATCH_WORKLOAD_LABELS")]
+    pub workload_labels: bool,
+    /// Kubernetes node name, exported as the resource attribute k8s.node.name.
+    #[arg(long, value_name = "NAME", env = "NODE_NAME")]
+    pub node_name: Option<String>,
+}
+
+/// `uvmwatch run`: runs the agent until SIGINT or SIGTERM.
+///
+/// # Errors
+/// The agent could not start (not root, eBPF load, listen address taken).
+pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
+    let cfg = observer::RunConfig {
+        listen: Some(a.listen),
+        stop_after: None,
+        cuinit_stall: a.cuinit_stall,
+        ioctl_stall: a.ioctl_stall,
+        slow_ioctl: a.slow_ioctl,
+        libcuda: a.libcuda,
+        proc_scan: !a.no_proc_scan,
+        proc_root: PathBuf::from("/proc"),
+        evidence_root: a.evidence_root,
+        diagnosis_ttl: a.diagnosis_ttl,
+        evidence_refresh: a.evidence_refresh,
+        workload_labels: a.workload_labels,
+    };
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|rt| {
+            let mut sinks: Vec<Box<dyn crate::event::Sink>> = Vec::new();
+            if let Some(endpoint) = a.otlp_endpoint {
+                let mut c = otlp::OtlpConfig::new(endpoint);
+                c.headers = a.otlp_headers;
+                c.compression = a.otlp_compression;
+                c.timeout = a.otlp_timeout;
+                c.node_name = a.node_name;
+                sinks.push(Box::new(otlp::OtlpSink::start(c)?));
+            }
+            rt.block_on(observer::run(cfg, sinks))
+        })
+        .map(|()| ExitCode::SUCCESS)
+}
