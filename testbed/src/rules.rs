@@ -21,30 +21,12 @@ fn err(msg: impl Into<String>) -> ParseRuleError {
     ParseRuleError(msg.into())
 }
 
-/// The errno names understood by [`parse_errno`] and printed by [`errno_name`].
-const ERRNO_NAMES: &[(&str, i32)] = &[
-    ("EPERM", libc::EPERM),
-    ("ENOENT", libc::ENOENT),
-    ("ESRCH", libc::ESRCH),
-    ("EINTR", libc::EINTR),
-    ("EIO", libc::EIO),
-    ("ENXIO", libc::ENXIO),
-    ("EBADF", libc::EBADF),
-    ("EAGAIN", libc::EAGAIN),
-    ("ENOMEM", libc::ENOMEM),
-    ("EACCES", libc::EACCES),
-    ("EFAULT", libc::EFAULT),
-    ("EBUSY", libc::EBUSY),
-    ("ENODEV", libc::ENODEV),
-    ("EINVAL", libc::EINVAL),
-    ("ENFILE", libc::ENFILE),
-    ("EMFILE", libc::EMFILE),
-    ("ENOTTY", libc::ENOTTY),
-    ("ENOSPC", libc::ENOSPC),
-    ("ERANGE", libc::ERANGE),
-    ("ENOSYS", libc::ENOSYS),
+/// Alternative names Linux's `errno.h` gives to the same value (`errno_name` prints the
+/// first name of each value, as `nix` lists them).
+const ERRNO_ALIASES: &[(&str, i32)] = &[
     ("ENOTSUP", libc::ENOTSUP),
-    ("ETIMEDOUT", libc::ETIMEDOUT),
+    ("EWOULDBLOCK", libc::EWOULDBLOCK),
+    ("EDEADLOCK", libc::EDEADLOCK),
 ];
 
 /// Parses an errno given by name (`EPERM`, case-insensitive) or by positive number (`1`).
@@ -60,19 +42,18 @@ pub fn parse_errno(s: &str) -> Result<i32, ParseRuleError> {
             Err(err(format!("errno must be positive, got {n}")))
         };
     }
-    ERRNO_NAMES
+    ERRNO_ALIASES
         .iter()
         .find(|(name, _)| name.eq_ignore_ascii_case(s))
         .map(|&(_, n)| n)
+        .or_else(|| (1..4096).find(|&n| errno_name(n).is_some_and(|e| e.eq_ignore_ascii_case(s))))
         .ok_or_else(|| err(format!("unknown errno name '{s}'")))
 }
 
-/// The symbolic name of an errno, if it is one of those [`parse_errno`] knows.
-pub fn errno_name(errno: i32) -> Option<&'static str> {
-    ERRNO_NAMES
-        .iter()
-        .find(|&&(_, n)| n == errno)
-        .map(|&(name, _)| name)
+/// The symbolic name of an errno (`EPERM` for 1), from Linux's list as `nix` keeps it.
+pub fn errno_name(errno: i32) -> Option<String> {
+    let e = nix::errno::Errno::from_raw(errno);
+    (e != nix::errno::Errno::UnknownErrno).then(|| format!("{e:?}"))
 }
 
 /// Parses an ioctl command number: hexadecimal with `0x` (`0x25`, `0xC020462A`) or decimal.

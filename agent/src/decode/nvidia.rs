@@ -398,37 +398,6 @@ pub fn cu_result_name(code: i64) -> String {
     }
 }
 
-/// Linux errno name (`include/uapi/asm-generic/errno-base.h`, `errno.h`) for the codes the
-/// NVIDIA nodes return, or `E<n>` for others.
-pub fn errno_name(errno: u32) -> String {
-    let n = match errno {
-        1 => "EPERM",
-        2 => "ENOENT",
-        3 => "ESRCH",
-        4 => "EINTR",
-        5 => "EIO",
-        6 => "ENXIO",
-        9 => "EBADF",
-        11 => "EAGAIN",
-        12 => "ENOMEM",
-        13 => "EACCES",
-        14 => "EFAULT",
-        16 => "EBUSY",
-        19 => "ENODEV",
-        22 => "EINVAL",
-        24 => "EMFILE",
-        25 => "ENOTTY",
-        28 => "ENOSPC",
-        34 => "ERANGE",
-        38 => "ENOSYS",
-        95 => "EOPNOTSUPP",
-        110 => "ETIMEDOUT",
-        512 => "ERESTARTSYS",
-        _ => return format!("E{errno}"),
-    };
-    n.to_string()
-}
-
 /// Label of a device node: `nvidiactl`, `nvidia<N>`, `nvidia-uvm`, `nvidia-uvm-tools`.
 pub fn node_label(kind: u8, minor: u8) -> String {
     match kind {
@@ -503,9 +472,9 @@ mod tests {
         assert_eq!(cu_result_name(3), "CUDA_ERROR_NOT_INITIALIZED");
         assert_eq!(cu_result_name(802), "CUDA_ERROR_SYSTEM_NOT_READY");
         assert_eq!(cu_result_name(12345), "CUDA_ERROR_12345");
-        assert_eq!(errno_name(1), "EPERM");
-        assert_eq!(errno_name(2), "ENOENT");
-        assert_eq!(errno_name(4095), "E4095");
+        assert_eq!(crate::decode::errno::label(1), "EPERM");
+        assert_eq!(crate::decode::errno::label(2), "ENOENT");
+        assert_eq!(crate::decode::errno::label(4095), "E4095");
         assert_eq!(node_label(node::GPU, 3), "nvidia3");
         assert_eq!(node_path(node::UVM, 0), "/dev/nvidia-uvm");
     }

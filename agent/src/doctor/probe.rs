@@ -163,14 +163,14 @@ fn record(obs: &mut Observations, pid: u32, ev: &Event) {
         Event::Open(e) if e.header.tgid == pid && e.flags & OPEN_LIBCUDA == 0 => {
             if e.ret < 0 {
                 obs.failed_opens
-                    .push((cstr(&e.path), nvidia::errno_name((-e.ret) as u32)));
+                    .push((cstr(&e.path), crate::decode::errno::label((-e.ret) as u32)));
             } else if e.flags & OPEN_IN_CUINIT != 0 {
                 obs.device_opens += 1;
             }
         }
         Event::Kfunc(e) if e.header.tgid == pid => {
             let res = if e.kind == uvmwatch_common::result::ERRNO {
-                format!("-{} ({})", e.code, nvidia::errno_name(e.code))
+                format!("-{} ({})", e.code, crate::decode::errno::label(e.code))
             } else {
                 nvidia::nv_status_label(e.code)
             };

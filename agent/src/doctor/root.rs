@@ -1028,7 +1028,7 @@ fn node_meta(m: &fs::Metadata) -> NodeMeta {
         FileKind::File
     };
     let dev = matches!(kind, FileKind::Char | FileKind::Block)
-        .then(|| (dev_major(m.rdev()), dev_minor(m.rdev())));
+        .then(|| (libc::major(m.rdev()), libc::minor(m.rdev())));
     NodeMeta {
         kind,
         dev,
@@ -1038,55 +1038,13 @@ fn node_meta(m: &fs::Metadata) -> NodeMeta {
     }
 }
 
-/// Major number of a Linux `dev_t` as user space sees it (glibc's 64-bit encoding: bits
-/// 8..19 and 32..63).
-pub fn dev_major(dev: u64) -> u32 {
-    (((dev >> 8) & 0xfff) | ((dev >> 32) & 0xffff_f000)) as u32
-}
-
-/// Minor number of a Linux `dev_t` as user space sees it (glibc's 64-bit encoding: bits
-/// 0..7 and 12..31).
-pub fn dev_minor(dev: u64) -> u32 {
-    ((dev & 0xff) | ((dev >> 12) & 0xffff_ff00)) as u32
-}
-
-/// Symbolic name of an `errno` value (`EPERM` for 1), or `errno N` for one not in the
-/// table. Names from Linux `include/uapi/asm-generic/errno-base.h` and `errno.h`.
+/// An errno as the report prints it: its name (`EPERM`), or `errno N` for a value Linux
+/// does not define.
 pub fn errno_name(errno: i32) -> String {
-    let name = match errno {
-        libc::EPERM => "EPERM",
-        libc::ENOENT => "ENOENT",
-        libc::ESRCH => "ESRCH",
-        libc::EINTR => "EINTR",
-        libc::EIO => "EIO",
-        libc::ENXIO => "ENXIO",
-        libc::E2BIG => "E2BIG",
-        libc::EBADF => "EBADF",
-        libc::EAGAIN => "EAGAIN",
-        libc::ENOMEM => "ENOMEM",
-        libc::EACCES => "EACCES",
-        libc::EFAULT => "EFAULT",
-        libc::EBUSY => "EBUSY",
-        libc::EEXIST => "EEXIST",
-        libc::ENODEV => "ENODEV",
-        libc::ENOTDIR => "ENOTDIR",
-        libc::EISDIR => "EISDIR",
-        libc::EINVAL => "EINVAL",
-        libc::ENFILE => "ENFILE",
-        libc::EMFILE => "EMFILE",
-        libc::ENOTTY => "ENOTTY",
-        libc::ETXTBSY => "ETXTBSY",
-        libc::ENOSPC => "ENOSPC",
-        libc::EROFS => "EROFS",
-        libc::ELOOP => "ELOOP",
-        libc::ENAMETOOLONG => "ENAMETOOLONG",
-        libc::ENOSYS => "ENOSYS",
-        libc::EOPNOTSUPP => "EOPNOTSUPP",
-        libc::ETIMEDOUT => "ETIMEDOUT",
-        libc::ERANGE => "ERANGE",
-        _ => return format!("errno {errno}"),
-    };
-    name.to_string()
+    match crate::decode::errno::name(errno) {
+        Some(n) => n.to_string(),
+        None => format!("errno {errno}"),
+    }
 }
 
 fn open_with_timeout(path: &str, timeout: Duration) -> Result<(), String> {
@@ -1538,8 +1496,9 @@ mod tests {
     #[test]
     fn dev_numbers_and_errno_names() {
         // makedev(508, 0) and makedev(195, 255), and a large minor.
-        assert_eq!((dev_major(0x1fc00), dev_minor(0x1fc00)), (508, 0));
-        assert_eq!((dev_major(0xc3ff), dev_minor(0xc3ff)), (195, 255));
+        let split = |d: u64| (libc::major(d), libc::minor(d));
+        assert_eq!(split(0x1fc00), (508, 0));
+        assert_eq!(split(0xc3ff), (195, 255));
         // glibc's makedev() for numbers wider than the old 8-bit fields.
         let makedev = |maj: u64, min: u64| {
             ((maj & 0xffff_f000) << 32)
@@ -1547,8 +1506,7 @@ mod tests {
                 | ((min & 0xffff_ff00) << 12)
                 | (min & 0xff)
         };
-        let dev = makedev(0x12345, 0x6789a);
-        assert_eq!((dev_major(dev), dev_minor(dev)), (0x12345, 0x6789a));
+        assert_eq!(split(makedev(0x12345, 0x6789a)), (0x12345, 0x6789a));
         assert_eq!(errno_name(libc::EPERM), "EPERM");
         assert_eq!(errno_name(libc::ENXIO), "ENXIO");
         assert_eq!(errno_name(4095), "errno 4095");

@@ -412,7 +412,7 @@ pub fn ioctl_result_label(kind: u8, code: u32) -> String {
     match kind {
         result::OK => "OK".into(),
         result::NV_STATUS => nvidia::nv_status_label(code),
-        result::ERRNO => nvidia::errno_name(code),
+        result::ERRNO => crate::decode::errno::label(code),
         _ => "PARAMS_UNREADABLE".into(),
     }
 }
@@ -519,7 +519,7 @@ impl Collector for KernelCollector {
                 let res = if key.errno == 0 {
                     "success".to_string()
                 } else {
-                    nvidia::errno_name(key.errno)
+                    crate::decode::errno::label(key.errno)
                 };
                 counter_metric(
                     labels(&[

@@ -560,7 +560,7 @@ impl Core {
         let name = nvidia::ioctl_display(e.node, e.cmd);
         let node_path = nvidia::node_path(e.node, e.minor);
         let res = match e.result_kind {
-            result::ERRNO => nvidia::errno_name(e.status),
+            result::ERRNO => crate::decode::errno::label(e.status),
             k => crate::export::metrics::ioctl_result_label(k, e.status),
         };
         let dur = h.ts_ns.saturating_sub(e.start_ns);
@@ -686,14 +686,14 @@ impl Core {
             if let Some(c) = self.cuinit.get_mut(&h.tid) {
                 c.opens += 1;
                 if e.ret < 0 {
-                    let errno = nvidia::errno_name((-e.ret) as u32);
+                    let errno = crate::decode::errno::label((-e.ret) as u32);
                     c.last_failure = Some((format!("open {path}"), errno.clone()));
                     c.failed_opens.push((path.clone(), errno));
                 }
             }
         }
         if e.ret < 0 {
-            let errno = nvidia::errno_name((-e.ret) as u32);
+            let errno = crate::decode::errno::label((-e.ret) as u32);
             let container = self
                 .proc_info(h.tgid, &comm(h))
                 .container_id
@@ -758,7 +758,7 @@ impl Core {
         let h = &e.header;
         let func = crate::kernel::registry::kfunc_name(e.func);
         let res = if e.kind == result::ERRNO {
-            format!("-{} ({})", e.code, nvidia::errno_name(e.code))
+            format!("-{} ({})", e.code, crate::decode::errno::label(e.code))
         } else {
             nvidia::nv_status_label(e.code)
         };
