@@ -24,8 +24,12 @@ use std::{
 
 use serde_json::Value;
 use uvmwatch::{
+    clock::Clock,
     doctor::finding::{Confidence, Finding, Severity},
-    event::{CallEvent, Clock, ProcessInfo},
+    event::{
+        CallKind, CallSummary, CuinitEnd, Diagnosis, Event, Inside, Ioctl, Kind, Open, Process,
+        Scan, Stall, ThreadSnapshot, Trigger,
+    },
     export::{
         annotate::{self, TRACK_TID_BASE},
         capture::{
@@ -438,7 +442,7 @@ fn story() -> Capture {
         1000,
         Box::new(|pid, tid| (pid != tid).then(|| format!("pt_worker_{tid}"))),
     );
-    let p = ProcessInfo {
+    let p = Arc::new(Process {
         pid: 4242,
         ns_pid: Some(7),
         comm: "python3".into(),
@@ -452,6 +456,28 @@ fn story() -> Capture {
         container_id: Some(
             "3f1c0ffee0ddba11c0ffee0ddba11c0ffee0ddba11c0ffee0ddba11c0ffee0d".into(),
         ),
+        workload: Default::default(),
+    });
+    let at = |tid: u32, ts_ns: u64, kind: Kind| Event {
+        ts_ns,
+        process: Some(p.clone()),
+        tid,
+        comm: p.comm.clone(),
+        kind,
+    };
+    let ioctl = |start_ns: u64, name: &str, node: &str, result: &str, failed, in_cuinit| {
+        Kind::Ioctl(Ioctl {
+            start_ns,
+            cmd: 0,
+            name: name.into(),
+            label: "unknown",
+            node: node.into(),
+            result: result.into(),
+            ret: 0,
+            failed,
+            slow: false,
+            in_cuinit,
+        })
     };
     let t0 = clock.mono_ns;
     let main = 4242;
@@ -461,116 +487,95 @@ fn story() -> Capture {
         (800 * MS, 10 * MS, "NV_ESC_CHECK_VERSION_STR"),
         (950 * MS, 100 * MS, "NV_ESC_RM_ALLOC"),
     ] {
-        r.record(
-            &CallEvent::Ioctl {
-                proc: &p,
-                tid: main,
-                start_ns: t0 + start,
-                end_ns: t0 + start + dur,
-                name,
-                node: "/dev/nvidiactl",
-                result: "NV_OK",
-                failed: false,
-                in_cuinit: false,
-            },
-            0,
-        );
+        let k = ioctl(t0 + start, name, "/dev/nvidiactl", "NV_OK", false, false);
+        r.record(&at(main, t0 + start + dur, k), 0);
     }
+    let cuinit_start = t0 + 1_200 * MS;
     r.record(
-        &CallEvent::CuinitStart {
-            proc: &p,
-            tid: main,
-            start_ns: t0 + 1_200 * MS,
-            flags: 0,
-        },
+        &at(
+            main,
+            cuinit_start,
+            Kind::CuinitStart {
+                start_ns: cuinit_start,
+                flags: 0,
+            },
+        ),
         0,
     );
-    r.record(
-        &CallEvent::Open {
-            proc: &p,
-            tid: main,
-            start_ns: t0 + 1_201 * MS,
-            end_ns: t0 + 1_201 * MS + 40_000,
-            path: "/dev/nvidia-uvm",
-            errno: None,
-            in_cuinit: true,
-        },
-        0,
-    );
+    let open = Kind::Open(Open {
+        start_ns: t0 + 1_201 * MS,
+        path: "/dev/nvidia-uvm".into(),
+        node: "nvidia-uvm".into(),
+        errno: None,
+        ret: 3,
+        in_cuinit: true,
+        findings: vec![],
+    });
+    r.record(&at(main, t0 + 1_201 * MS + 40_000, open), 0);
     for (i, name) in UVM_SEQUENCE.iter().enumerate() {
         let s = t0 + 1_210 * MS + i as u64 * 15 * MS;
-        r.record(
-            &CallEvent::Ioctl {
-                proc: &p,
-                tid: main,
-                start_ns: s,
-                end_ns: s + 4 * MS + 123,
-                name,
-                node: "/dev/nvidia-uvm",
-                result: "NV_OK",
-                failed: false,
-                in_cuinit: true,
-            },
-            0,
-        );
+        let k = ioctl(s, name, "/dev/nvidia-uvm", "NV_OK", false, true);
+        r.record(&at(main, s + 4 * MS + 123, k), 0);
     }
-    r.record(
-        &CallEvent::CuinitEnd {
-            proc: &p,
-            tid: main,
-            start_ns: t0 + 1_200 * MS,
-            end_ns: t0 + 1_300 * MS,
-            code: 0,
-            result: "CUDA_SUCCESS",
-        },
-        0,
+    let end = Kind::CuinitEnd(CuinitEnd {
+        start_ns: cuinit_start,
+        code: 0,
+        result: "CUDA_SUCCESS".into(),
+        entry_seen: true,
+        call: CallSummary::default(),
+        findings: vec![],
+    });
+    r.record(&at(main, t0 + 1_300 * MS, end), 0);
+    let k = ioctl(
+        t0 + 1_500 * MS,
+        "NV_ESC_RM_CONTROL",
+        "/dev/nvidiactl",
+        "NV_ERR_INVALID_ARGUMENT",
+        true,
+        false,
     );
-    r.record(
-        &CallEvent::Ioctl {
-            proc: &p,
-            tid: main,
-            start_ns: t0 + 1_500 * MS,
-            end_ns: t0 + 1_500 * MS + 250_000,
-            name: "NV_ESC_RM_CONTROL",
-            node: "/dev/nvidiactl",
-            result: "NV_ERR_INVALID_ARGUMENT",
-            failed: true,
-            in_cuinit: false,
-        },
-        0,
-    );
+    r.record(&at(main, t0 + 1_500 * MS + 250_000, k), 0);
     let w = 4250;
     r.record(
-        &CallEvent::CuinitStart {
-            proc: &p,
-            tid: w,
-            start_ns: t0 + 2 * S,
-            flags: 0,
-        },
+        &at(
+            w,
+            t0 + 2 * S,
+            Kind::CuinitStart {
+                start_ns: t0 + 2 * S,
+                flags: 0,
+            },
+        ),
         0,
     );
-    for (call, inside) in [
-        ("UVM_REGISTER_GPU", "UVM_REGISTER_GPU on /dev/nvidia-uvm"),
-        ("cuInit", "UVM_REGISTER_GPU on /dev/nvidia-uvm"),
-    ] {
-        let start = if call == "cuInit" {
-            t0 + 2 * S
+    for call in ["UVM_REGISTER_GPU", "cuInit"] {
+        let (kind, start) = if call == "cuInit" {
+            (CallKind::Cuinit, t0 + 2 * S)
         } else {
-            t0 + 2 * S + 10 * MS
+            (CallKind::Ioctl, t0 + 2 * S + 10 * MS)
         };
-        r.record(
-            &CallEvent::Stall {
-                proc: &p,
-                tid: w,
-                call,
-                start_ns: start,
-                detected_ns: t0 + 3 * S + 60 * MS,
-                inside,
-                thread_state: "D (disk sleep)",
-                wchan: "uvm_gpu_retain_by_uuid",
+        let stall = Kind::Stall(Box::new(Stall {
+            kind,
+            call: call.into(),
+            label: call.into(),
+            start_ns: start,
+            threshold_ns: 0,
+            node: "/dev/nvidia-uvm".into(),
+            inside: Some(Inside {
+                call: "UVM_REGISTER_GPU".into(),
+                node: "/dev/nvidia-uvm".into(),
+                start_ns: t0 + 2 * S + 10 * MS,
+            }),
+            cuinit_start_ns: Some(t0 + 2 * S),
+            thread: ThreadSnapshot {
+                read: true,
+                state: "D (disk sleep)".into(),
+                wchan: "uvm_gpu_retain_by_uuid".into(),
+                ..ThreadSnapshot::default()
             },
-            0,
-        );
+            call_so_far: None,
+            findings: vec![],
+        }));
+        r.record(&at(w, t0 + 3 * S + 60 * MS, stall), 0);
     }
     let finding = Finding {
         rule: "uvm_register_gpu_hang".into(),
@@ -582,16 +587,20 @@ fn story() -> Capture {
         fix: vec![],
         runbook: "docs/runbooks/uvm_register_gpu_hang.md".into(),
     };
-    r.record(
-        &CallEvent::Diagnosis {
-            proc: &p,
-            tid: 4242,
-            ts_ns: t0 + 3 * S + 61 * MS,
-            finding: &finding,
-        },
-        0,
+    let d = Kind::Diagnosis(Diagnosis {
+        finding: Arc::new(finding),
+        trigger: Trigger::Stall,
+    });
+    r.record(&at(4242, t0 + 3 * S + 61 * MS, d), 0);
+    let scan = Event::agent(
+        t0 + 3 * S + 500 * MS,
+        Kind::Scan(Scan {
+            cuinit_in_flight: 1,
+            dropped_total: 3,
+            undecodable_total: 0,
+        }),
     );
-    r.record(&CallEvent::Dropped { total: 3 }, t0 + 3 * S + 500 * MS);
+    r.record(&scan, t0 + 3 * S + 500 * MS);
     r.build(t0 + 4 * S)
 }
 

@@ -13,7 +13,15 @@ use std::{
 
 use anyhow::Result;
 
-use crate::export::capture::{CaptureSink, Filter, Format, Progress, DEFAULT_MAX_EVENTS};
+use super::Global;
+use crate::{
+    event::Listener,
+    export::{
+        capture::{CaptureListener, Filter, Format, Progress, DEFAULT_MAX_EVENTS},
+        log::LogListener,
+    },
+    observer::{Observer, RunConfig},
+};
 
 /// Arguments of `uvmwatch capture`.
 #[derive(clap::Args, Debug, Clone)]
@@ -68,21 +76,19 @@ impl CaptureArgs {
         }
     }
 
-    /// The agent's settings for this capture (no HTTP server).
-    pub fn run_config(&self) -> crate::observer::RunConfig {
-        crate::observer::RunConfig {
-            listen: None,
-            stop_after: self.duration,
+    /// The observer's settings for this capture.
+    pub fn run_config(&self, g: &Global) -> RunConfig {
+        RunConfig {
             cuinit_stall: self.cuinit_stall,
             ioctl_stall: self.ioctl_stall,
             slow_ioctl: self.slow_ioctl,
             libcuda: self.libcuda.clone(),
             proc_scan: !self.no_proc_scan,
             proc_root: PathBuf::from("/proc"),
-            evidence_root: None,
-            diagnosis_ttl: Duration::from_secs(600),
-            evidence_refresh: Duration::from_secs(300),
-            workload_labels: false,
+            facts: Some(crate::observer::diagnosis::FactsFrom::Live {
+                host_root: g.host_root.clone(),
+            }),
+            ..RunConfig::new()
         }
     }
 }
@@ -114,15 +120,31 @@ fn progress_loop(p: Arc<Progress>, stop: Arc<AtomicBool>, out: PathBuf) {
     let _ = err.flush();
 }
 
-/// Runs the agent with a [`CaptureSink`] until the duration ends or a signal comes.
-async fn run_until_stopped(cfg: crate::observer::RunConfig, sink: CaptureSink) -> Result<()> {
+/// Runs the observer with `listeners` until the duration ends or a signal comes.
+async fn run_until_stopped(
+    cfg: RunConfig,
+    listeners: Vec<Box<dyn Listener>>,
+    duration: Option<Duration>,
+) -> Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
-    // Our handlers are installed before the agent loads, so an early Ctrl-C does not kill
-    // the process before the file is written: the agent stops on the signals it sees once
-    // its loop runs; one that came earlier is passed on again until it does.
+    // Our handlers are installed before the observer loads, so an early Ctrl-C does not
+    // kill the process before the file is written: the observer stops on the signals it
+    // sees once its loop runs; one that came earlier is passed on again until it does.
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
-    let run = crate::observer::run(cfg, vec![Box::new(sink)]);
+    let run = async move {
+        let mut observer = Observer::load(cfg)?;
+        observer.start(listeners, "none");
+        observer
+            .run(async move {
+                match duration {
+                    Some(d) => tokio::time::sleep(d).await,
+                    None => std::future::pending::<()>().await,
+                }
+                "duration"
+            })
+            .await
+    };
     tokio::pin!(run);
     let sig = tokio::select! {
         r = &mut run => return r,
@@ -141,13 +163,13 @@ async fn run_until_stopped(cfg: crate::observer::RunConfig, sink: CaptureSink) -
     }
 }
 
-/// `uvmwatch capture`: runs the agent with a [`CaptureSink`], shows progress on a
+/// `uvmwatch capture`: runs the observer with a [`CaptureListener`], shows progress on a
 /// terminal, writes the trace at the end. Exit 0 when the file was written.
 ///
 /// # Errors
 /// The agent could not start (not root, eBPF load) or the file could not be written.
-pub fn capture(args: CaptureArgs) -> Result<ExitCode> {
-    let sink = CaptureSink::new(
+pub fn capture(args: CaptureArgs, g: &Global) -> Result<ExitCode> {
+    let sink = CaptureListener::new(
         args.filter(),
         args.format,
         args.output.clone(),
@@ -155,7 +177,9 @@ pub fn capture(args: CaptureArgs) -> Result<ExitCode> {
         PathBuf::from("/proc"),
     );
     let progress = sink.progress();
-    let cfg = args.run_config();
+    let cfg = args.run_config(g);
+    let listeners: Vec<Box<dyn Listener>> =
+        vec![Box::new(sink), Box::new(LogListener::new(g.log_format))];
     let stop = Arc::new(AtomicBool::new(false));
     let shower = std::io::stderr().is_terminal().then(|| {
         let (p, s, o) = (progress.clone(), stop.clone(), args.output.clone());
@@ -166,7 +190,7 @@ pub fn capture(args: CaptureArgs) -> Result<ExitCode> {
         .enable_all()
         .build()
         .map_err(anyhow::Error::from)
-        .and_then(|rt| rt.block_on(run_until_stopped(cfg, sink)));
+        .and_then(|rt| rt.block_on(run_until_stopped(cfg, listeners, args.duration)));
     stop.store(true, Ordering::Relaxed);
     if let Some(h) = shower {
         let _ = h.join();
@@ -180,6 +204,7 @@ pub fn capture(args: CaptureArgs) -> Result<ExitCode> {
         (Err(e), _) => Err(e),
         (Ok(()), Some(Ok(w))) => {
             tracing::info!(
+                target: crate::export::log::TARGET,
                 event = "capture_written",
                 path = %w.path.display(),
                 events = w.events,

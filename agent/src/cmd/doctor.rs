@@ -1,8 +1,23 @@
-//! `uvmwatch doctor`: collect the host's facts, diagnose, report.
+//! `uvmwatch doctor`: collect the host's facts, diagnose, report; with `--probe`, one real
+//! `cuInit` under the observer first ([`probe`]).
 
-use std::{path::PathBuf, process::ExitCode, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, ExitCode, Stdio},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
+use anyhow::Context;
 use clap::ValueEnum;
+
+use super::Global;
+use crate::{
+    doctor::facts::Observations,
+    event::{Event, Kind, Listener},
+    kernel::registry::Attach,
+    observer::{diagnosis, Observer, RunConfig},
+};
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ReportFormat {
@@ -42,8 +57,8 @@ pub struct DoctorArgs {
 
 /// `uvmwatch doctor`: collect, diagnose, report. Exit codes: 0 healthy, 1 warning,
 /// 2 critical, 3 could not run (docs/doctor.md).
-pub fn doctor(a: DoctorArgs) -> anyhow::Result<ExitCode> {
-    use crate::doctor::{bundle, collect, probe, report, root::Recorder, root::Root, rules};
+pub fn doctor(a: DoctorArgs, _g: &Global) -> anyhow::Result<ExitCode> {
+    use crate::doctor::{bundle, collect, report, root::Recorder, root::Root, rules};
     use std::io::IsTerminal;
     let json = a.json || a.format == ReportFormat::Json;
     let run = || -> anyhow::Result<(Vec<_>, _, _)> {
@@ -60,7 +75,7 @@ pub fn doctor(a: DoctorArgs) -> anyhow::Result<ExitCode> {
         let evidence = collect::collect(&root);
         let mut observations = crate::doctor::facts::Observations::default();
         if a.probe {
-            let r = probe::run(&a.libcuda, a.probe_timeout)?;
+            let r = probe(&a.libcuda, a.probe_timeout)?;
             for n in &r.notes {
                 eprintln!("uvmwatch doctor --probe: {n}");
             }
@@ -88,5 +103,198 @@ pub fn doctor(a: DoctorArgs) -> anyhow::Result<ExitCode> {
             eprintln!("uvmwatch doctor: could not run: {e:#}");
             Ok(ExitCode::from(report::EXIT_COULD_NOT_RUN))
         }
+    }
+}
+
+/// How `doctor --probe` went, besides the observations.
+#[derive(Debug)]
+pub struct ProbeRun {
+    /// What the probes saw of the child.
+    pub observations: Observations,
+    /// The library `cuInit` was called through, if one was found.
+    pub library: Option<PathBuf>,
+    /// One line per notable step, for the report.
+    pub notes: Vec<String>,
+}
+
+/// What the probe's listener keeps: the library to call, and the child's story.
+#[derive(Default)]
+struct Seen {
+    library: Option<PathBuf>,
+    notes: Vec<String>,
+    /// Probes not attached (uprobes aside: they attach per library).
+    unavailable: Vec<String>,
+    child: Option<u32>,
+    observations: Option<Observations>,
+    in_flight_at_exit: bool,
+    stalled: bool,
+}
+
+/// The listener of `doctor --probe`: the same events as the agent's log, folded into the
+/// observations of one process.
+struct ProbeListener(Arc<Mutex<Seen>>);
+
+impl Listener for ProbeListener {
+    fn event(&mut self, ev: &Arc<Event>) {
+        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match &ev.kind {
+            Kind::LibcudaAttached { host_path, .. } if s.library.is_none() => {
+                s.library = Some(PathBuf::from(host_path));
+            }
+            Kind::LibcudaAttachFailed { path, error } => {
+                s.notes.push(format!("cannot probe {path}: {error}"));
+            }
+            Kind::ProbesChanged { probes, .. } if s.child.is_none() => {
+                s.unavailable = probes
+                    .iter()
+                    .filter(|(spec, st)| {
+                        st.gauge() == 0 && !matches!(spec.attach, Attach::Uprobe { .. })
+                    })
+                    .map(|(spec, st)| format!("{}: {st}", spec.label))
+                    .collect();
+            }
+            _ if s.child.is_none() || ev.pid() != s.child => {}
+            Kind::DiedInCall(d) if d.calls.iter().any(|c| c == "cuInit") => {
+                s.in_flight_at_exit = true;
+            }
+            _ => {
+                // A `cuInit` that ended, or a stall: each tells the whole story so far.
+                if let Some(o) = diagnosis::observations(ev, Vec::new) {
+                    s.stalled |= matches!(ev.kind, Kind::Stall(_));
+                    s.observations = Some(o);
+                }
+            }
+        }
+    }
+}
+
+/// `doctor --probe`: loads the observer, attaches the `cuInit` probes to the host's libcuda
+/// (or `libcuda`), runs `cuInit(0)` in a child (`uvmwatch __cuinit-child <lib>`, which
+/// `dlopen`s the library) and keeps what the probes saw of it. A child still inside `cuInit`
+/// after `deadline` is a hang: its stall report (the driver call it is in, its thread state,
+/// `wchan` and kernel stack) is kept, then it is killed.
+///
+/// # Errors
+/// The probes cannot load (not root, no BPF) or the child cannot be started.
+pub fn probe(libcuda: &[PathBuf], deadline: Duration) -> anyhow::Result<ProbeRun> {
+    let cfg = RunConfig {
+        cuinit_stall: deadline,
+        ioctl_stall: deadline,
+        slow_ioctl: Duration::from_millis(100),
+        libcuda: libcuda.to_vec(),
+        proc_scan: false,
+        facts: None,
+        ..RunConfig::new()
+    };
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let shared = seen.clone();
+    let library = rt.block_on(async move {
+        let mut observer =
+            Observer::load(cfg).context("loading the probes (doctor --probe needs root)")?;
+        observer.start(vec![Box::new(ProbeListener(shared.clone()))], "none");
+        let lib = shared
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .library
+            .clone();
+        let Some(lib) = lib else {
+            return anyhow::Ok(None);
+        };
+        let exe = std::env::current_exe().context("locating the uvmwatch binary")?;
+        let mut child = Command::new(exe)
+            .arg("__cuinit-child")
+            .arg(&lib)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting the cuInit child")?;
+        let pid = child.id();
+        {
+            let mut s = shared.lock().unwrap_or_else(|p| p.into_inner());
+            s.child = Some(pid);
+            s.notes.push(format!(
+                "cuInit(0) through {} in child pid {pid}",
+                lib.display()
+            ));
+        }
+        let start = Instant::now();
+        let watch = shared.clone();
+        observer
+            .run(async move {
+                loop {
+                    if let Ok(Some(_)) = child.try_wait() {
+                        // Let the last records arrive.
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        return "child exited";
+                    }
+                    let stalled = watch.lock().map(|s| s.stalled).unwrap_or(false);
+                    // The stall report comes at the deadline; a second more in case the
+                    // thread could not be read.
+                    if stalled || start.elapsed() > deadline + Duration::from_secs(1) {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        watch
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .notes
+                            .push(format!(
+                                "cuInit still running after {:.0} s: stopped it",
+                                deadline.as_secs_f64()
+                            ));
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        return "deadline";
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .await?;
+        Ok(Some(lib))
+    })?;
+    let mut s = seen.lock().unwrap_or_else(|p| p.into_inner());
+    let mut obs = s.observations.take().unwrap_or_default();
+    obs.pid = s.child;
+    if s.in_flight_at_exit || s.stalled {
+        obs.cuinit_in_flight = true;
+    }
+    obs.unavailable_probes = std::mem::take(&mut s.unavailable);
+    if library.is_none() {
+        obs.unavailable_probes
+            .push("uprobe:cuInit: no libcuda found on this host: no cuInit was run".into());
+        s.notes
+            .push("no libcuda.so found (ld cache, driver directories): nothing to run".into());
+    }
+    Ok(ProbeRun {
+        observations: obs,
+        library,
+        notes: std::mem::take(&mut s.notes),
+    })
+}
+
+/// Body of the hidden `__cuinit-child LIB` subcommand: `dlopen` the library, call
+/// `cuInit(0)` and exit with its result (truncated to 8 bits; 255 when the library or
+/// symbol could not be loaded).
+pub fn cuinit_child(lib: &Path) -> u8 {
+    let Ok(c) = std::ffi::CString::new(lib.as_os_str().as_encoded_bytes()) else {
+        return 255;
+    };
+    // SAFETY: dlopen/dlsym with valid NUL-terminated strings; cuInit has the C signature
+    // `CUresult cuInit(unsigned int)` (cuda.h).
+    unsafe {
+        let h = libc::dlopen(c.as_ptr(), libc::RTLD_NOW);
+        if h.is_null() {
+            return 255;
+        }
+        let sym = libc::dlsym(h, c"cuInit".as_ptr());
+        if sym.is_null() {
+            return 255;
+        }
+        let f: extern "C" fn(u32) -> i32 = std::mem::transmute(sym);
+        let rc = f(0);
+        (rc & 0xff) as u8
     }
 }

@@ -13,6 +13,8 @@ use std::{path::PathBuf, process::ExitCode};
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
+use crate::export::log;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "uvmwatch",
@@ -60,29 +62,32 @@ enum Cmd {
     Annotate(annotate::AnnotateArgs),
     /// Print the metrics reference (Markdown) generated from the code.
     MetricsDoc,
+    /// Print the log schema (Markdown) generated from the code.
+    #[command(hide = true)]
+    LogSchemaDoc,
     /// Internal: dlopen LIB and call cuInit(0) (used by `doctor --probe`).
     #[command(name = "__cuinit-child", hide = true)]
     CuinitChild { lib: PathBuf },
 }
 
-fn init_logging(format: LogFormat, level: &str) {
-    use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_new(level).unwrap_or_else(|e| {
-        eprintln!("uvmwatch: bad --log-level {level:?} ({e}); using info");
-        tracing_subscriber::EnvFilter::new("info")
-    });
-    let json = match format {
-        LogFormat::Json => true,
-        LogFormat::Text => false,
-        LogFormat::Auto => !std::io::stderr().is_terminal(),
-    };
-    let b = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if json {
-        b.json().flatten_event(true).with_current_span(false).init();
-    } else {
-        b.with_ansi(std::io::stderr().is_terminal()).init();
+/// What every command gets from the global flags.
+#[derive(Clone, Debug)]
+pub struct Global {
+    /// The log's format (`auto` resolved: text on a terminal, JSON otherwise).
+    pub log_format: log::Format,
+    /// Where the host's `/` is mounted when the agent runs in a container.
+    pub host_root: Option<PathBuf>,
+}
+
+impl LogFormat {
+    fn resolve(self) -> log::Format {
+        use std::io::IsTerminal;
+        match self {
+            LogFormat::Json => log::Format::Json,
+            LogFormat::Text => log::Format::Text,
+            LogFormat::Auto if std::io::stderr().is_terminal() => log::Format::Text,
+            LogFormat::Auto => log::Format::Json,
+        }
     }
 }
 
@@ -111,7 +116,11 @@ pub fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     }
-    init_logging(cli.log_format, &cli.log_level);
+    let global = Global {
+        log_format: cli.log_format.resolve(),
+        host_root: cli.host_root.clone(),
+    };
+    log::init(global.log_format, &cli.log_level);
     if let Some(h) = &cli.host_root {
         if !h.join("proc").is_dir() {
             eprintln!(
@@ -123,14 +132,18 @@ pub fn main() -> ExitCode {
         crate::doctor::root::set_live_prefix(h);
     }
     let r = match cli.cmd {
-        Cmd::Run(a) => run::run(a),
+        Cmd::Run(a) => run::run(a, &global),
         Cmd::Probes { libcuda } => probes::probes(libcuda),
-        Cmd::Doctor(a) => doctor::doctor(a),
-        Cmd::Capture(a) => capture::capture(a),
+        Cmd::Doctor(a) => doctor::doctor(a, &global),
+        Cmd::Capture(a) => capture::capture(a, &global),
         Cmd::Annotate(a) => annotate::annotate(a),
-        Cmd::CuinitChild { lib } => Ok(ExitCode::from(crate::doctor::probe::cuinit_child(&lib))),
+        Cmd::CuinitChild { lib } => Ok(ExitCode::from(doctor::cuinit_child(&lib))),
         Cmd::MetricsDoc => {
             print!("{}", crate::export::metrics::reference_markdown());
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::LogSchemaDoc => {
+            print!("{}", log::schema::reference_markdown());
             Ok(ExitCode::SUCCESS)
         }
     };

@@ -2,7 +2,19 @@
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
-use crate::{export::otlp, observer};
+use anyhow::Context;
+
+use super::Global;
+use crate::{
+    event::Listener,
+    export::{
+        http::{self, Heartbeat},
+        log::LogListener,
+        metrics::Metrics,
+        otlp,
+    },
+    observer::{diagnosis::FactsFrom, Observer, RunConfig},
+};
 
 /// Default `--listen`: port 19400. The Prometheus default port allocations list (9100-9999)
 /// is full; 19400 is outside it and outside the common service ranges (9400 is
@@ -72,38 +84,53 @@ pub struct RunArgs {
 /// `uvmwatch run`: runs the agent until SIGINT or SIGTERM.
 ///
 /// # Errors
-/// The agent could not start (not root, eBPF load, listen address taken).
-pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
-    let cfg = observer::RunConfig {
-        listen: Some(a.listen),
-        stop_after: None,
+/// The agent could not start (not root, eBPF load, listen address taken, bad OTLP settings).
+pub fn run(a: RunArgs, g: &Global) -> anyhow::Result<ExitCode> {
+    let cfg = RunConfig {
         cuinit_stall: a.cuinit_stall,
         ioctl_stall: a.ioctl_stall,
         slow_ioctl: a.slow_ioctl,
         libcuda: a.libcuda,
         proc_scan: !a.no_proc_scan,
         proc_root: PathBuf::from("/proc"),
-        evidence_root: a.evidence_root,
+        facts: Some(match a.evidence_root {
+            Some(p) => FactsFrom::Snapshot(p),
+            None => FactsFrom::Live {
+                host_root: g.host_root.clone(),
+            },
+        }),
         diagnosis_ttl: a.diagnosis_ttl,
         evidence_refresh: a.evidence_refresh,
-        workload_labels: a.workload_labels,
     };
-    tokio::runtime::Builder::new_multi_thread()
+    let metrics = Metrics::with_workload_labels(a.workload_labels)?;
+    let heartbeat = Heartbeat::new();
+    let mut listeners: Vec<Box<dyn Listener>> =
+        vec![Box::new(metrics.listener()), Box::new(heartbeat.clone())];
+    if let Some(endpoint) = a.otlp_endpoint {
+        let mut c = otlp::OtlpConfig::new(endpoint);
+        c.headers = a.otlp_headers;
+        c.compression = a.otlp_compression;
+        c.timeout = a.otlp_timeout;
+        c.node_name = a.node_name;
+        listeners.push(Box::new(otlp::OtlpListener::start(c)?));
+    }
+    listeners.push(Box::new(LogListener::new(g.log_format)));
+    let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
-        .build()
-        .map_err(anyhow::Error::from)
-        .and_then(|rt| {
-            let mut sinks: Vec<Box<dyn crate::event::Sink>> = Vec::new();
-            if let Some(endpoint) = a.otlp_endpoint {
-                let mut c = otlp::OtlpConfig::new(endpoint);
-                c.headers = a.otlp_headers;
-                c.compression = a.otlp_compression;
-                c.timeout = a.otlp_timeout;
-                c.node_name = a.node_name;
-                sinks.push(Box::new(otlp::OtlpSink::start(c)?));
-            }
-            rt.block_on(observer::run(cfg, sinks))
-        })
-        .map(|()| ExitCode::SUCCESS)
+        .build()?;
+    rt.block_on(async move {
+        let mut observer = Observer::load(cfg)?;
+        let tcp = tokio::net::TcpListener::bind(a.listen)
+            .await
+            .with_context(|| format!("listening on {} (choose another with --listen)", a.listen))?;
+        metrics.collect_kernel(observer.kernel_handle())?;
+        observer.start(listeners, &tcp.local_addr()?.to_string());
+        let server = tokio::spawn(http::serve(tcp, metrics, heartbeat));
+        let r = observer.run(std::future::pending()).await;
+        server.abort();
+        let _ = server.await;
+        r
+    })?;
+    Ok(ExitCode::SUCCESS)
 }

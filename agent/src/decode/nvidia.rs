@@ -12,7 +12,7 @@
 //! a name table keyed by number stays right for older and newer drivers; the status offsets
 //! are handed to the kernel side at start-up so a new driver needs no eBPF rebuild.
 
-use uvmwatch_common::node;
+use uvmwatch_common::{node, result};
 
 /// One UVM ioctl: request number, name, params size and `rmStatus` offset (bytes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -398,6 +398,16 @@ pub fn cu_result_name(code: i64) -> String {
     }
 }
 
+/// The `result` label of an ioctl result key.
+pub fn ioctl_result_label(kind: u8, code: u32) -> String {
+    match kind {
+        result::OK => "OK".into(),
+        result::NV_STATUS => nv_status_label(code),
+        result::ERRNO => crate::decode::errno::label(code),
+        _ => "PARAMS_UNREADABLE".into(),
+    }
+}
+
 /// Label of a device node: `nvidiactl`, `nvidia<N>`, `nvidia-uvm`, `nvidia-uvm-tools`.
 pub fn node_label(kind: u8, minor: u8) -> String {
     match kind {
@@ -457,6 +467,21 @@ mod tests {
             assert_eq!((cmd >> 16) & 0x3fff, *size, "size bits of {cmd:#x}");
             assert!(off + 4 <= *size);
         }
+    }
+
+    #[test]
+    fn result_labels() {
+        assert_eq!(ioctl_result_label(result::NV_STATUS, 0), "NV_OK");
+        assert_eq!(
+            ioctl_result_label(result::NV_STATUS, 0x51),
+            "NV_ERR_NO_MEMORY"
+        );
+        assert_eq!(ioctl_result_label(result::ERRNO, 11), "EAGAIN");
+        assert_eq!(ioctl_result_label(result::OK, 0), "OK");
+        assert_eq!(
+            ioctl_result_label(result::UNREADABLE, 0),
+            "PARAMS_UNREADABLE"
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use uvmwatch_common::{
 
 /// One decoded record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Event {
+pub enum Record {
     /// A finished ioctl worth reporting.
     Ioctl(IoctlEvent),
     /// A device node or libcuda open.
@@ -47,18 +47,18 @@ fn read<T: Copy>(buf: &[u8]) -> Result<T> {
 ///
 /// # Errors
 /// A record shorter than its kind's struct or of an unknown kind (an agent/eBPF mismatch).
-pub fn decode(buf: &[u8]) -> Result<Event> {
+pub fn decode(buf: &[u8]) -> Result<Record> {
     let h: EventHeader = read(buf)?;
     Ok(match h.kind {
-        EVENT_IOCTL => Event::Ioctl(read(buf)?),
-        EVENT_OPEN => Event::Open(read(buf)?),
-        EVENT_CUINIT_ENTER => Event::CuinitEnter(read(buf)?),
-        EVENT_CUINIT_EXIT => Event::CuinitExit(read(buf)?),
-        EVENT_DIED_IN_CALL => Event::DiedInCall(read(buf)?),
-        EVENT_FORK => Event::Fork(read(buf)?),
-        EVENT_EXEC => Event::Exec(read(buf)?),
-        EVENT_PROC_EXIT => Event::ProcExit(read(buf)?),
-        EVENT_KFUNC => Event::Kfunc(read(buf)?),
+        EVENT_IOCTL => Record::Ioctl(read(buf)?),
+        EVENT_OPEN => Record::Open(read(buf)?),
+        EVENT_CUINIT_ENTER => Record::CuinitEnter(read(buf)?),
+        EVENT_CUINIT_EXIT => Record::CuinitExit(read(buf)?),
+        EVENT_DIED_IN_CALL => Record::DiedInCall(read(buf)?),
+        EVENT_FORK => Record::Fork(read(buf)?),
+        EVENT_EXEC => Record::Exec(read(buf)?),
+        EVENT_PROC_EXIT => Record::ProcExit(read(buf)?),
+        EVENT_KFUNC => Record::Kfunc(read(buf)?),
         k => bail!("unknown event kind {k}"),
     })
 }
@@ -88,25 +88,25 @@ mod tests {
         ev.header.tgid = 42;
         ev.cmd = 0x25;
         ev.status = 0x51;
-        assert_eq!(decode(&bytes(&ev)).unwrap(), Event::Ioctl(ev));
+        assert_eq!(decode(&bytes(&ev)).unwrap(), Record::Ioctl(ev));
 
         let mut o = OpenEvent::default();
         o.header.kind = EVENT_OPEN;
         o.path[..15].copy_from_slice(b"/dev/nvidia-uvm");
         o.ret = -2;
         match decode(&bytes(&o)).unwrap() {
-            Event::Open(d) => assert_eq!(cstr(&d.path), "/dev/nvidia-uvm"),
+            Record::Open(d) => assert_eq!(cstr(&d.path), "/dev/nvidia-uvm"),
             e => panic!("{e:?}"),
         }
 
         let mut c = CuinitEvent::default();
         c.header.kind = EVENT_CUINIT_EXIT;
         c.ret = 3;
-        assert_eq!(decode(&bytes(&c)).unwrap(), Event::CuinitExit(c));
+        assert_eq!(decode(&bytes(&c)).unwrap(), Record::CuinitExit(c));
 
         let mut t = TaskEvent::default();
         t.header.kind = EVENT_DIED_IN_CALL;
-        assert_eq!(decode(&bytes(&t)).unwrap(), Event::DiedInCall(t));
+        assert_eq!(decode(&bytes(&t)).unwrap(), Record::DiedInCall(t));
     }
 
     #[test]

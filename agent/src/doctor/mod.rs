@@ -10,7 +10,6 @@ pub mod bundle;
 pub mod collect;
 pub mod facts;
 pub mod finding;
-pub mod probe;
 pub mod report;
 pub mod root;
 pub mod rules;

@@ -1,4 +1,5 @@
-//! The HTTP endpoint: `/metrics` (Prometheus text format 0.0.4) and `/healthz`.
+//! The HTTP endpoint: `/metrics` (Prometheus text format 0.0.4) and `/healthz`, which tells
+//! whether the observer's loop still runs: its [`Heartbeat`] listener notes every scan.
 
 use std::sync::{
     atomic::{AtomicU64, Ordering},
@@ -7,7 +8,36 @@ use std::sync::{
 
 use axum::{extract::State, http::StatusCode, response::IntoResponse, routing::get, Router};
 
-use crate::{clock::monotonic_ns, export::metrics::Metrics};
+use crate::{
+    clock::monotonic_ns,
+    event::{Event, Kind, Listener},
+    export::metrics::Metrics,
+};
+
+/// The `CLOCK_MONOTONIC` ns of the observer loop's last scan, kept by its listener.
+#[derive(Clone, Debug)]
+pub struct Heartbeat(Arc<AtomicU64>);
+
+impl Heartbeat {
+    /// A heartbeat that beat now.
+    pub fn new() -> Heartbeat {
+        Heartbeat(Arc::new(AtomicU64::new(monotonic_ns())))
+    }
+}
+
+impl Default for Heartbeat {
+    fn default() -> Self {
+        Heartbeat::new()
+    }
+}
+
+impl Listener for Heartbeat {
+    fn event(&mut self, ev: &Arc<Event>) {
+        if let Kind::Scan(_) = ev.kind {
+            self.0.store(monotonic_ns(), Ordering::Relaxed);
+        }
+    }
+}
 
 /// `/healthz` fails when the main loop has not run for this long (ns).
 const STALE_AFTER_NS: u64 = 5_000_000_000;
@@ -18,17 +48,20 @@ struct AppState {
     heartbeat: Arc<AtomicU64>,
 }
 
-/// The router; `heartbeat` is the `CLOCK_MONOTONIC` ns of the main loop's last pass.
-pub fn router(metrics: Metrics, heartbeat: Arc<AtomicU64>) -> Router {
+/// The router.
+pub fn router(metrics: Metrics, heartbeat: Heartbeat) -> Router {
     Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(health_handler))
         .route("/", get(index))
-        .with_state(AppState { metrics, heartbeat })
+        .with_state(AppState {
+            metrics,
+            heartbeat: heartbeat.0,
+        })
 }
 
 /// Serves until the task is aborted.
-pub async fn serve(listener: tokio::net::TcpListener, metrics: Metrics, heartbeat: Arc<AtomicU64>) {
+pub async fn serve(listener: tokio::net::TcpListener, metrics: Metrics, heartbeat: Heartbeat) {
     if let Err(e) = axum::serve(listener, router(metrics, heartbeat)).await {
         tracing::error!(error = %e, "HTTP server stopped");
     }

@@ -5,5 +5,6 @@
 pub mod annotate;
 pub mod capture;
 pub mod http;
+pub mod log;
 pub mod metrics;
 pub mod otlp;

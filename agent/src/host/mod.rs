@@ -1,6 +1,8 @@
 //! What the agent reads about the host and its processes: procfs ([`procfs`]), the libcuda
-//! files to probe ([`discovery`]) and which inference workload a process is ([`workload`]).
+//! files to probe ([`discovery`]), which inference workload a process is ([`workload`]) and
+//! the identity every event carries ([`identity`]).
 
 pub mod discovery;
+pub mod identity;
 pub mod procfs;
 pub mod workload;

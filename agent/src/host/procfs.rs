@@ -156,6 +156,15 @@ pub fn read_thread(proc_root: &Path, pid: u32, tid: u32) -> Result<ThreadInfo> {
     })
 }
 
+/// Whether thread `tid` of process `tgid` still exists (`<proc_root>/<tgid>/task/<tid>`).
+pub fn thread_alive(proc_root: &Path, tgid: u32, tid: u32) -> bool {
+    proc_root
+        .join(tgid.to_string())
+        .join("task")
+        .join(tid.to_string())
+        .exists()
+}
+
 /// The process's id inside its innermost pid namespace (last entry of `NSpid:` in
 /// `<proc_root>/<pid>/status`), or `None` when it lives in the init pid namespace.
 ///

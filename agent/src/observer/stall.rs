@@ -15,14 +15,7 @@ pub const SCAN_INTERVAL: Duration = Duration::from_millis(50);
 /// its exit event reaching user space).
 const MISSING_SCANS_BEFORE_END: u32 = 2;
 
-/// What kind of call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum CallKind {
-    /// `cuInit` (uprobe).
-    Cuinit,
-    /// An ioctl on an NVIDIA node.
-    Ioctl,
-}
+pub use crate::event::CallKind;
 
 /// Identity of one call: kind, thread and entry time (a thread makes many calls).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -42,6 +35,10 @@ pub struct InFlight {
     pub call: String,
     /// Label used in metrics (`cuInit` or the ioctl label, `unknown` for unnamed commands).
     pub label: String,
+    /// For an ioctl: the node's kind (`uvmwatch_common::node`) and minor, so a report needs
+    /// no second read of the kernel's map.
+    pub node: u8,
+    pub minor: u8,
 }
 
 /// A stall that has been reported and not yet ended.
@@ -171,6 +168,8 @@ mod tests {
             tgid: 1,
             call: label.into(),
             label: label.into(),
+            node: 0,
+            minor: 0,
         }
     }
 

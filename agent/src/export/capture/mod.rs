@@ -1,11 +1,11 @@
 //! `uvmwatch capture`: record what the agent observes about some processes into a trace
 //! file (Perfetto protobuf or Chrome JSON) to open in ui.perfetto.dev or `chrome://tracing`.
 //!
-//! The agent core runs as in `uvmwatch run` (probes, stall detection, diagnosis) without
-//! the HTTP server, for `--duration` or until SIGINT/SIGTERM. A [`CaptureSink`] keeps the
-//! events of the processes that match the [`Filter`] in a [`model::Recorder`]; at the end
-//! it writes the file through a temporary file and a rename, so an interrupted capture
-//! still leaves a complete, valid trace. See `docs/capture.md`.
+//! The observer runs as in `uvmwatch run` (probes, stall detection, diagnosis) without the
+//! HTTP server, for `--duration` or until SIGINT/SIGTERM (`cmd/capture.rs`). A
+//! [`CaptureListener`] keeps the events of the processes that match the [`Filter`] in a
+//! [`model::Recorder`]; at the end it writes the file through a temporary file and a rename,
+//! so an interrupted capture still leaves a complete, valid trace. See `docs/capture.md`.
 
 pub mod chrome;
 pub mod model;
@@ -22,7 +22,7 @@ use std::{
 
 use anyhow::{Context, Result};
 
-use crate::event::{CallEvent, Clock, ProcessInfo, Sink};
+use crate::event::{Clock, Event, Listener, Process};
 use model::{Capture, Meta, Recorder};
 
 /// Events a capture keeps at most by default; more are counted as lost.
@@ -59,7 +59,7 @@ fn comm_of(name: &str) -> &str {
 
 impl Filter {
     /// Whether the process is one to keep.
-    pub fn matches(&self, p: &ProcessInfo) -> bool {
+    pub fn matches(&self, p: &Process) -> bool {
         if let Some(pid) = self.pid {
             if p.pid != pid {
                 return false;
@@ -135,9 +135,9 @@ pub struct Written {
     pub bytes: u64,
 }
 
-/// The [`Sink`] of `uvmwatch capture`: filters, records, and writes the file on
-/// [`Sink::flush`].
-pub struct CaptureSink {
+/// The [`Listener`] of `uvmwatch capture`: filters, records, and writes the file on
+/// [`Listener::flush`].
+pub struct CaptureListener {
     filter: Filter,
     recorder: Recorder,
     format: Format,
@@ -173,7 +173,7 @@ fn boottime_minus_monotonic() -> i128 {
     boot - mono
 }
 
-impl CaptureSink {
+impl CaptureListener {
     /// A sink writing `out` in `format`; measures the clock offset now. Thread names are
     /// read from `proc_root` (`/proc`).
     pub fn new(
@@ -182,12 +182,12 @@ impl CaptureSink {
         out: PathBuf,
         max_events: usize,
         proc_root: PathBuf,
-    ) -> CaptureSink {
+    ) -> CaptureListener {
         let clock = Clock::measure();
         let boottime = (clock.mono_ns as i128 + boottime_minus_monotonic()).max(0) as u64;
         let meta = Meta::starting(clock, boottime, filter.describe(), std::process::id());
         let namer = Box::new(move |pid, tid| thread_name(&proc_root, pid, tid));
-        CaptureSink::with_recorder(filter, format, out, Recorder::new(meta, max_events, namer))
+        CaptureListener::with_recorder(filter, format, out, Recorder::new(meta, max_events, namer))
     }
 
     /// A sink around a given recorder (tests: fixed clock and thread names).
@@ -196,8 +196,8 @@ impl CaptureSink {
         format: Format,
         out: PathBuf,
         recorder: Recorder,
-    ) -> CaptureSink {
-        CaptureSink {
+    ) -> CaptureListener {
+        CaptureListener {
             filter,
             recorder,
             format,
@@ -217,8 +217,8 @@ impl CaptureSink {
     }
 
     /// Records one event when its process matches (drop totals always), dated `now_ns`.
-    pub fn record(&mut self, ev: &CallEvent<'_>, now_ns: u64) {
-        if let Some(p) = ev.process() {
+    pub fn record(&mut self, ev: &Event, now_ns: u64) {
+        if let Some(p) = &ev.process {
             if !self.filter.matches(p) {
                 return;
             }
@@ -252,8 +252,8 @@ impl CaptureSink {
     }
 }
 
-impl Sink for CaptureSink {
-    fn event(&mut self, ev: &CallEvent<'_>) {
+impl Listener for CaptureListener {
+    fn event(&mut self, ev: &std::sync::Arc<Event>) {
         self.record(ev, crate::clock::monotonic_ns());
     }
 
@@ -262,7 +262,7 @@ impl Sink for CaptureSink {
             .write(crate::clock::monotonic_ns())
             .map_err(|e| format!("{e:#}"));
         if let Err(e) = &r {
-            tracing::error!(event = "capture_write_failed", path = %self.out.display(), error = %e, "could not write the capture");
+            tracing::error!(target: crate::export::log::TARGET, event = "capture_write_failed", path = %self.out.display(), error = %e, "could not write the capture");
         }
         *self
             .progress
@@ -342,16 +342,16 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::testing as ev;
     use crate::export::capture::model::tests::{test_clock, workload};
 
-    fn proc(pid: u32, comm: &str, exe: &str, container: Option<&str>) -> ProcessInfo {
-        ProcessInfo {
+    fn proc(pid: u32, comm: &str, exe: &str, container: Option<&str>) -> Process {
+        Process {
             pid,
-            ns_pid: None,
             comm: comm.into(),
             exe: exe.into(),
-            cmdline: vec![],
             container_id: container.map(str::to_string),
+            ..Process::default()
         }
     }
 
@@ -412,14 +412,14 @@ mod tests {
         );
     }
 
-    fn sink(dir: &Path, format: Format, filter: Filter) -> CaptureSink {
+    fn sink(dir: &Path, format: Format, filter: Filter) -> CaptureListener {
         let clock = test_clock();
         let meta = Meta::starting(clock, clock.mono_ns, filter.describe(), 1);
         let ext = match format {
             Format::Perfetto => "pftrace",
             Format::ChromeJson => "json",
         };
-        CaptureSink::with_recorder(
+        CaptureListener::with_recorder(
             filter,
             format,
             dir.join(format!("out.{ext}")),
@@ -440,25 +440,25 @@ mod tests {
                 },
             );
             let p = workload();
-            let other = proc(1, "init", "/sbin/init", None);
+            let other = std::sync::Arc::new(proc(1, "init", "/sbin/init", None));
             let t = test_clock().mono_ns;
             for who in [&p, &other] {
                 s.record(
-                    &CallEvent::Ioctl {
-                        proc: who,
-                        tid: who.pid,
-                        start_ns: t + 10,
-                        end_ns: t + 20,
-                        name: "UVM_INITIALIZE",
-                        node: "/dev/nvidia-uvm",
-                        result: "NV_OK",
-                        failed: false,
-                        in_cuinit: false,
-                    },
+                    &ev::ioctl(
+                        who,
+                        who.pid,
+                        t + 10,
+                        t + 20,
+                        "UVM_INITIALIZE",
+                        "/dev/nvidia-uvm",
+                        "NV_OK",
+                        false,
+                        false,
+                    ),
                     t,
                 );
             }
-            s.record(&CallEvent::Dropped { total: 2 }, t + 30);
+            s.record(&ev::scan(t + 30, 2), t + 30);
             let progress = s.progress();
             s.flush();
             let w = progress.written.lock().unwrap().clone().unwrap().unwrap();
@@ -480,7 +480,7 @@ mod tests {
 
     #[test]
     fn a_write_failure_is_reported() {
-        let s = CaptureSink::with_recorder(
+        let s = CaptureListener::with_recorder(
             Filter::default(),
             Format::ChromeJson,
             PathBuf::from("/nonexistent-dir/x.json"),

@@ -10,7 +10,10 @@ use std::{
     collections::{BTreeMap, BTreeSet},
 };
 
-use crate::event::{CallEvent, Clock, ProcessInfo};
+use crate::event::{
+    Clock, Event as Observed, Kind as Observation, Process as ObservedProcess, StallOutcome,
+    Trigger,
+};
 
 /// Width of the buckets of the ioctl-rate counter.
 pub const RATE_BUCKET_NS: u64 = 100_000_000;
@@ -445,7 +448,7 @@ impl Recorder {
         self.processes.len()
     }
 
-    fn note_process(&mut self, p: &ProcessInfo) {
+    fn note_process(&mut self, p: &ObservedProcess) {
         let e = self.processes.entry(p.pid).or_insert_with(|| Process {
             pid: p.pid,
             ..Process::default()
@@ -467,7 +470,7 @@ impl Recorder {
         }
     }
 
-    fn note_thread(&mut self, p: &ProcessInfo, tid: u32) {
+    fn note_thread(&mut self, p: &ObservedProcess, tid: u32) {
         self.note_process(p);
         if self.threads.contains_key(&(p.pid, tid)) {
             return;
@@ -492,204 +495,172 @@ impl Recorder {
         }
     }
 
-    /// Records one event from the agent (already filtered). `now_ns` dates events that
-    /// carry no time of their own (drop totals).
-    pub fn record(&mut self, ev: &CallEvent<'_>, now_ns: u64) {
-        match *ev {
-            CallEvent::CuinitStart {
-                proc,
-                tid,
-                start_ns,
-                flags,
-            } => {
+    /// Records one event from the observer (already filtered). `now_ns` dates what carries
+    /// no time of its own (drop totals).
+    pub fn record(&mut self, ev: &Observed, now_ns: u64) {
+        if let Observation::Scan(s) = &ev.kind {
+            if s.dropped_total != self.dropped() {
+                self.dropped.push((now_ns, s.dropped_total));
+            }
+            return;
+        }
+        let Some(proc) = ev.process.as_deref() else {
+            return;
+        };
+        let tid = ev.tid;
+        match &ev.kind {
+            Observation::CuinitStart { start_ns, flags } => {
                 self.note_thread(proc, tid);
                 self.open_cuinit.insert(
-                    (tid, start_ns),
+                    (tid, *start_ns),
                     Open {
                         pid: proc.pid,
                         name: "cuInit".into(),
-                        args: vec![("flags".into(), Arg::from(flags))],
+                        args: vec![("flags".into(), Arg::from(*flags))],
                     },
                 );
             }
-            CallEvent::CuinitEnd {
-                proc,
-                tid,
-                start_ns,
-                end_ns,
-                code,
-                result,
-            } => {
+            Observation::CuinitEnd(c) if c.entry_seen => {
                 self.note_thread(proc, tid);
                 let mut args: Vec<(String, Arg)> = self
                     .open_cuinit
-                    .remove(&(tid, start_ns))
+                    .remove(&(tid, c.start_ns))
                     .map(|o| o.args)
                     .unwrap_or_default();
-                args.push(("result".into(), result.into()));
-                args.push(("code".into(), Arg::Int(code)));
-                args.push(("failed".into(), Arg::Bool(code != 0)));
+                args.push(("result".into(), c.result.as_str().into()));
+                args.push(("code".into(), Arg::Int(c.code)));
+                args.push(("failed".into(), Arg::Bool(c.code != 0)));
                 args.sort_by(|a, b| a.0.cmp(&b.0));
                 self.push(slice(
                     proc.pid,
                     tid,
-                    start_ns,
-                    end_ns,
+                    c.start_ns,
+                    ev.ts_ns,
                     "cuInit",
                     cat::CUINIT,
                     args,
                 ));
-                if code != 0 {
+                if c.code != 0 {
                     self.push(instant(
                         proc.pid,
                         Some(tid),
-                        end_ns,
+                        ev.ts_ns,
                         "cuInit failed".into(),
                         cat::FAILURE,
-                        sorted(vec![("result", result.into()), ("code", Arg::Int(code))]),
+                        sorted(vec![
+                            ("result", c.result.as_str().into()),
+                            ("code", Arg::Int(c.code)),
+                        ]),
                     ));
                 }
             }
-            CallEvent::Ioctl {
-                proc,
-                tid,
-                start_ns,
-                end_ns,
-                name,
-                node,
-                result,
-                failed,
-                in_cuinit,
-            } => {
+            Observation::Ioctl(io) => {
                 self.note_thread(proc, tid);
-                self.open_ioctls.remove(&(tid, start_ns));
+                self.open_ioctls.remove(&(tid, io.start_ns));
                 self.ioctl_starts
                     .entry(proc.pid)
                     .or_default()
-                    .push(start_ns);
+                    .push(io.start_ns);
                 self.push(slice(
                     proc.pid,
                     tid,
-                    start_ns,
-                    end_ns,
-                    name,
+                    io.start_ns,
+                    ev.ts_ns,
+                    &io.name,
                     cat::IOCTL,
                     sorted(vec![
-                        ("node", node.into()),
-                        ("result", result.into()),
-                        ("failed", failed.into()),
-                        ("in_cuinit", in_cuinit.into()),
+                        ("node", io.node.as_str().into()),
+                        ("result", io.result.as_str().into()),
+                        ("failed", io.failed.into()),
+                        ("in_cuinit", io.in_cuinit.into()),
                     ]),
                 ));
-                if failed {
+                if io.failed {
                     self.push(instant(
                         proc.pid,
                         Some(tid),
-                        end_ns,
-                        format!("failed: {name}"),
+                        ev.ts_ns,
+                        format!("failed: {}", io.name),
                         cat::FAILURE,
-                        sorted(vec![("node", node.into()), ("result", result.into())]),
+                        sorted(vec![
+                            ("node", io.node.as_str().into()),
+                            ("result", io.result.as_str().into()),
+                        ]),
                     ));
                 }
             }
-            CallEvent::Open {
-                proc,
-                tid,
-                start_ns,
-                end_ns,
-                path,
-                errno,
-                in_cuinit,
-            } => {
+            Observation::Open(o) => {
                 self.note_thread(proc, tid);
+                let path = o.path.as_str();
                 let mut args = vec![
                     ("path", Arg::from(path)),
-                    ("failed", Arg::from(errno.is_some())),
-                    ("in_cuinit", Arg::from(in_cuinit)),
+                    ("failed", Arg::from(o.errno.is_some())),
+                    ("in_cuinit", Arg::from(o.in_cuinit)),
                 ];
-                if let Some(e) = errno {
-                    args.push(("errno", e.into()));
+                if let Some(e) = &o.errno {
+                    args.push(("errno", e.as_str().into()));
                 }
                 self.push(slice(
                     proc.pid,
                     tid,
-                    start_ns,
-                    end_ns,
+                    o.start_ns,
+                    ev.ts_ns,
                     &format!("open {path}"),
                     cat::OPEN,
                     sorted(args),
                 ));
-                if let Some(e) = errno {
+                if let Some(e) = &o.errno {
                     self.push(instant(
                         proc.pid,
                         Some(tid),
-                        end_ns,
+                        ev.ts_ns,
                         format!("open failed: {path}"),
                         cat::FAILURE,
-                        sorted(vec![("path", path.into()), ("errno", e.into())]),
+                        sorted(vec![("path", path.into()), ("errno", e.as_str().into())]),
                     ));
                 }
             }
-            CallEvent::Stall {
-                proc,
-                tid,
-                call,
-                start_ns,
-                detected_ns,
-                inside,
-                thread_state,
-                wchan,
-            } => {
+            Observation::Stall(st) => {
                 self.note_thread(proc, tid);
+                let call = st.call.as_str();
                 if call != "cuInit" {
                     // The ioctl is reported only when it returns: keep it, to draw it up to
                     // the end of the capture if it never does.
-                    let node = inside
-                        .strip_prefix(call)
-                        .and_then(|r| r.strip_prefix(" on "))
-                        .unwrap_or("");
                     self.open_ioctls
-                        .entry((tid, start_ns))
+                        .entry((tid, st.start_ns))
                         .or_insert_with(|| Open {
                             pid: proc.pid,
                             name: call.to_string(),
-                            args: vec![("node".into(), node.into())],
+                            args: vec![("node".into(), st.node.as_str().into())],
                         });
                 }
+                let inside = st.inside.as_ref().map(|i| i.text()).unwrap_or_default();
                 self.push(instant(
                     proc.pid,
                     Some(tid),
-                    detected_ns,
+                    ev.ts_ns,
                     format!("stall: {call}"),
                     cat::STALL,
                     sorted(vec![
                         ("call", call.into()),
-                        ("call_start_ns", Arg::from(start_ns)),
-                        (
-                            "age_ms",
-                            Arg::from(detected_ns.saturating_sub(start_ns) / 1_000_000),
-                        ),
+                        ("call_start_ns", Arg::from(st.start_ns)),
+                        ("age_ms", Arg::from(st.age_ns(ev.ts_ns) / 1_000_000)),
                         ("inside", inside.into()),
-                        ("thread_state", thread_state.into()),
-                        ("wchan", wchan.into()),
+                        ("thread_state", st.thread.state.as_str().into()),
+                        ("wchan", st.thread.wchan.as_str().into()),
                     ]),
                 ));
             }
-            CallEvent::StallEnd {
-                proc,
-                tid,
-                call,
-                start_ns,
-                end_ns,
-                outcome,
-            } => {
+            Observation::StallEnd(st) => {
                 self.note_thread(proc, tid);
-                if outcome != "returned" {
+                let call = st.call.as_str();
+                let outcome = st.outcome.as_str();
+                if st.outcome != StallOutcome::Returned {
                     // No end event follows: close the call here.
                     let open = if call == "cuInit" {
-                        self.open_cuinit.remove(&(tid, start_ns))
+                        self.open_cuinit.remove(&(tid, st.start_ns))
                     } else {
-                        self.open_ioctls.remove(&(tid, start_ns))
+                        self.open_ioctls.remove(&(tid, st.start_ns))
                     };
                     if let Some(o) = open {
                         let mut args = o.args;
@@ -700,13 +671,13 @@ impl Recorder {
                         } else {
                             cat::IOCTL
                         };
-                        self.push(slice(o.pid, tid, start_ns, end_ns, &o.name, c, args));
+                        self.push(slice(o.pid, tid, st.start_ns, ev.ts_ns, &o.name, c, args));
                     }
                 }
                 self.push(instant(
                     proc.pid,
                     Some(tid),
-                    end_ns,
+                    ev.ts_ns,
                     format!("stall ended: {call}"),
                     cat::STALL,
                     sorted(vec![
@@ -714,22 +685,18 @@ impl Recorder {
                         ("outcome", outcome.into()),
                         (
                             "duration_ms",
-                            Arg::from(end_ns.saturating_sub(start_ns) / 1_000_000),
+                            Arg::from(ev.ts_ns.saturating_sub(st.start_ns) / 1_000_000),
                         ),
                     ]),
                 ));
             }
-            CallEvent::Diagnosis {
-                proc,
-                tid: _,
-                ts_ns,
-                finding,
-            } => {
+            Observation::Diagnosis(d) if d.trigger != Trigger::Evidence => {
+                let finding = &d.finding;
                 self.note_process(proc);
                 self.push(instant(
                     proc.pid,
                     None,
-                    ts_ns,
+                    ev.ts_ns,
                     format!("diagnosis: {}", finding.rule),
                     cat::DIAGNOSIS,
                     sorted(vec![
@@ -740,7 +707,7 @@ impl Recorder {
                     ]),
                 ));
             }
-            CallEvent::Dropped { total } => self.dropped.push((now_ns, total)),
+            _ => {}
         }
     }
 
@@ -932,6 +899,7 @@ fn instant(
 pub(crate) mod tests {
     use super::*;
     use crate::doctor::finding::{Confidence, Finding, Severity};
+    use crate::event::testing as ev;
 
     /// A fixed clock: monotonic 1000 s, wall clock 2025-06-15 (1 750 000 000 s).
     pub fn test_clock() -> Clock {
@@ -942,15 +910,8 @@ pub(crate) mod tests {
         }
     }
 
-    pub fn workload() -> ProcessInfo {
-        ProcessInfo {
-            pid: 4242,
-            ns_pid: Some(7),
-            comm: "python3".into(),
-            exe: "/usr/bin/python3.11".into(),
-            cmdline: vec!["python3".into(), "train.py".into()],
-            container_id: Some("3f1c0ffee0ddba11".into()),
-        }
+    pub fn workload() -> std::sync::Arc<ObservedProcess> {
+        ev::process()
     }
 
     const S: u64 = 1_000_000_000;
@@ -970,25 +931,17 @@ pub(crate) mod tests {
         let p = workload();
         let t0 = clock.mono_ns;
         let main = 4242;
+        r.record(&ev::cuinit_start(&p, main, t0 + 1_200 * MS), 0);
         r.record(
-            &CallEvent::CuinitStart {
-                proc: &p,
-                tid: main,
-                start_ns: t0 + 1_200 * MS,
-                flags: 0,
-            },
-            0,
-        );
-        r.record(
-            &CallEvent::Open {
-                proc: &p,
-                tid: main,
-                start_ns: t0 + 1_201 * MS,
-                end_ns: t0 + 1_202 * MS,
-                path: "/dev/nvidia-uvm",
-                errno: None,
-                in_cuinit: true,
-            },
+            &ev::open(
+                &p,
+                main,
+                t0 + 1_201 * MS,
+                t0 + 1_202 * MS,
+                "/dev/nvidia-uvm",
+                None,
+                true,
+            ),
             0,
         );
         for (i, name) in ["UVM_INITIALIZE", "UVM_MM_INITIALIZE", "UVM_REGISTER_GPU"]
@@ -997,79 +950,72 @@ pub(crate) mod tests {
         {
             let s = t0 + 1_210 * MS + i as u64 * 20 * MS;
             r.record(
-                &CallEvent::Ioctl {
-                    proc: &p,
-                    tid: main,
-                    start_ns: s,
-                    end_ns: s + 5 * MS,
+                &ev::ioctl(
+                    &p,
+                    main,
+                    s,
+                    s + 5 * MS,
                     name,
-                    node: "/dev/nvidia-uvm",
-                    result: "NV_OK",
-                    failed: false,
-                    in_cuinit: true,
-                },
+                    "/dev/nvidia-uvm",
+                    "NV_OK",
+                    false,
+                    true,
+                ),
                 0,
             );
         }
         r.record(
-            &CallEvent::CuinitEnd {
-                proc: &p,
-                tid: main,
-                start_ns: t0 + 1_200 * MS,
-                end_ns: t0 + 1_300 * MS,
-                code: 0,
-                result: "CUDA_SUCCESS",
-            },
+            &ev::cuinit_end(
+                &p,
+                main,
+                t0 + 1_200 * MS,
+                t0 + 1_300 * MS,
+                0,
+                "CUDA_SUCCESS",
+            ),
             0,
         );
         r.record(
-            &CallEvent::Ioctl {
-                proc: &p,
-                tid: main,
-                start_ns: t0 + 1_500 * MS,
-                end_ns: t0 + 1_501 * MS,
-                name: "NV_ESC_RM_CONTROL",
-                node: "/dev/nvidiactl",
-                result: "NV_ERR_INVALID_ARGUMENT",
-                failed: true,
-                in_cuinit: false,
-            },
+            &ev::ioctl(
+                &p,
+                main,
+                t0 + 1_500 * MS,
+                t0 + 1_501 * MS,
+                "NV_ESC_RM_CONTROL",
+                "/dev/nvidiactl",
+                "NV_ERR_INVALID_ARGUMENT",
+                true,
+                false,
+            ),
             0,
         );
         let w = 4250;
+        r.record(&ev::cuinit_start(&p, w, t0 + 2 * S), 0);
+        let inside = Some(("UVM_REGISTER_GPU", "/dev/nvidia-uvm"));
         r.record(
-            &CallEvent::CuinitStart {
-                proc: &p,
-                tid: w,
-                start_ns: t0 + 2 * S,
-                flags: 0,
-            },
+            &ev::stall(
+                &p,
+                w,
+                "UVM_REGISTER_GPU",
+                t0 + 2 * S + 10 * MS,
+                t0 + 3 * S + 60 * MS,
+                inside,
+                "S (sleeping)",
+                "request_wait_answer",
+            ),
             0,
         );
         r.record(
-            &CallEvent::Stall {
-                proc: &p,
-                tid: w,
-                call: "UVM_REGISTER_GPU",
-                start_ns: t0 + 2 * S + 10 * MS,
-                detected_ns: t0 + 3 * S + 60 * MS,
-                inside: "UVM_REGISTER_GPU on /dev/nvidia-uvm",
-                thread_state: "S (sleeping)",
-                wchan: "request_wait_answer",
-            },
-            0,
-        );
-        r.record(
-            &CallEvent::Stall {
-                proc: &p,
-                tid: w,
-                call: "cuInit",
-                start_ns: t0 + 2 * S,
-                detected_ns: t0 + 3 * S + 60 * MS,
-                inside: "UVM_REGISTER_GPU on /dev/nvidia-uvm",
-                thread_state: "S (sleeping)",
-                wchan: "request_wait_answer",
-            },
+            &ev::stall(
+                &p,
+                w,
+                "cuInit",
+                t0 + 2 * S,
+                t0 + 3 * S + 60 * MS,
+                inside,
+                "S (sleeping)",
+                "request_wait_answer",
+            ),
             0,
         );
         let finding = Finding {
@@ -1083,15 +1029,10 @@ pub(crate) mod tests {
             runbook: "docs/runbooks/uvm_register_gpu_hang.md".into(),
         };
         r.record(
-            &CallEvent::Diagnosis {
-                proc: &p,
-                tid: 4242,
-                ts_ns: t0 + 3 * S + 61 * MS,
-                finding: &finding,
-            },
+            &ev::diagnosis(&p, t0 + 3 * S + 61 * MS, &finding, Trigger::Stall),
             0,
         );
-        r.record(&CallEvent::Dropped { total: 3 }, t0 + 3 * S + 500 * MS);
+        r.record(&ev::scan(0, 3), t0 + 3 * S + 500 * MS);
         r.build(t0 + 4 * S)
     }
 
@@ -1188,18 +1129,19 @@ pub(crate) mod tests {
         let mut r = Recorder::new(meta, 2, Box::new(|_, _| None));
         let p = workload();
         for i in 0..5u64 {
+            let t = clock.mono_ns + i;
             r.record(
-                &CallEvent::Ioctl {
-                    proc: &p,
-                    tid: 4242,
-                    start_ns: clock.mono_ns + i,
-                    end_ns: clock.mono_ns + i + 1,
-                    name: "UVM_INITIALIZE",
-                    node: "/dev/nvidia-uvm",
-                    result: "NV_OK",
-                    failed: false,
-                    in_cuinit: false,
-                },
+                &ev::ioctl(
+                    &p,
+                    4242,
+                    t,
+                    t + 1,
+                    "UVM_INITIALIZE",
+                    "/dev/nvidia-uvm",
+                    "NV_OK",
+                    false,
+                    false,
+                ),
                 0,
             );
         }
@@ -1218,24 +1160,9 @@ pub(crate) mod tests {
         let mut r = Recorder::new(meta, 100, Box::new(|_, _| None));
         let p = workload();
         let t = clock.mono_ns;
+        r.record(&ev::cuinit_start(&p, 4242, t), 0);
         r.record(
-            &CallEvent::CuinitStart {
-                proc: &p,
-                tid: 4242,
-                start_ns: t,
-                flags: 0,
-            },
-            0,
-        );
-        r.record(
-            &CallEvent::StallEnd {
-                proc: &p,
-                tid: 4242,
-                call: "cuInit",
-                start_ns: t,
-                end_ns: t + 2 * S,
-                outcome: "thread_exited",
-            },
+            &ev::stall_end(&p, 4242, "cuInit", t, t + 2 * S, StallOutcome::ThreadExited),
             0,
         );
         let c = r.build(t + 5 * S);

@@ -1,0 +1,656 @@
+//! The agent's log: one record per event, written through `tracing` (JSON lines for
+//! machines, text for people; the subscriber is set up by [`init`]).
+//!
+//! Every record the agent writes about what it observed comes from here, one callsite per
+//! kind of record, with the target [`TARGET`] and an `event` field naming the kind. The
+//! fields of each are the stable JSON schema ([`schema`], `docs/log-schema.md`); the text
+//! format shows the ones that matter to a person ([`text`]).
+
+pub mod schema;
+pub mod text;
+
+use std::sync::Arc;
+
+use crate::{
+    doctor::finding::{Finding, FixStep, Where},
+    event::{
+        CallKind, CuinitEnd, Diagnosis, Event, Ioctl, Kind, Open, Stall, StallEnd, StallOutcome,
+        Started, Trigger,
+    },
+};
+
+/// The target of every event record (users filter on it: `--log-level uvmwatch::agent=debug`).
+pub const TARGET: &str = "uvmwatch::agent";
+
+/// How records are written.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// One JSON object per line, every field (the stable schema).
+    Json,
+    /// One line per record for a terminal: the fields that matter, no empty ones; a
+    /// finding's fix printed once per process and rule.
+    Text,
+}
+
+/// Sets up the process's log: `format`, the `tracing` filter `level` (invalid filters fall
+/// back to `info` with a message), and colours on a terminal. Records go to stderr.
+pub fn init(format: Format, level: &str) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_new(level).unwrap_or_else(|e| {
+        eprintln!("uvmwatch: bad --log-level {level:?} ({e}); using info");
+        tracing_subscriber::EnvFilter::new("info")
+    });
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        Format::Json => b.json().flatten_event(true).with_current_span(false).init(),
+        Format::Text => b
+            .with_ansi(std::io::stderr().is_terminal())
+            .event_format(text::Compact)
+            .init(),
+    }
+}
+
+/// The log as a listener of the observer's events.
+pub struct LogListener {
+    format: Format,
+    /// What the text format has shown already (findings per process and rule).
+    seen: text::Seen,
+    /// The probe table was logged (once, at start, at debug level).
+    probes_logged: bool,
+}
+
+impl LogListener {
+    /// A listener writing in `format` (which must be the format given to [`init`]).
+    pub fn new(format: Format) -> LogListener {
+        LogListener {
+            format,
+            seen: text::Seen::default(),
+            probes_logged: false,
+        }
+    }
+}
+
+impl crate::event::Listener for LogListener {
+    fn event(&mut self, ev: &Arc<Event>) {
+        let pid = ev.pid().unwrap_or(0);
+        let tid = ev.tid;
+        let comm = ev.comm.as_str();
+        match &ev.kind {
+            Kind::CuinitStart { flags, .. } => {
+                let p = ev.process.as_deref().cloned().unwrap_or_default();
+                let w = &p.workload;
+                tracing::info!(
+                    target: TARGET,
+                    event = "cuinit_start",
+                    pid,
+                    tid,
+                    engine = w.engine.as_deref().unwrap_or(""),
+                    model = w.model.as_deref().unwrap_or(""),
+                    quantization = w.quantization.as_deref().unwrap_or(""),
+                    tp_rank = w.tp_rank.map(|r| r.to_string()).unwrap_or_default(),
+                    pod = w.k8s_pod_name.as_deref().unwrap_or(""),
+                    namespace = w.k8s_namespace.as_deref().unwrap_or(""),
+                    comm = %comm,
+                    exe = %p.exe,
+                    flags = *flags,
+                    "cuInit entered"
+                );
+            }
+            Kind::CuinitEnd(c) => self.cuinit_end(ev, c),
+            Kind::Ioctl(io) => {
+                if !io.failed
+                    || self.print_failure(ev, &format!("{} on {}", io.name, io.node), &io.result)
+                {
+                    ioctl(ev, io);
+                }
+            }
+            Kind::Open(o) => self.open(ev, o),
+            Kind::KernelSignal(s) if !self.print_failure(ev, s.function, &s.result) => {}
+            Kind::KernelSignal(s) => tracing::warn!(
+                target: TARGET,
+                event = "kernel_signal",
+                pid,
+                tid,
+                comm = %comm,
+                function = s.function,
+                result = %s.result,
+                in_uvm_ioctl = s.in_uvm_ioctl,
+                duration_seconds = seconds(ev.ts_ns, s.start_ns),
+                "kernel function failed"
+            ),
+            Kind::DiedInCall(d) => tracing::info!(
+                target: TARGET,
+                event = "died_in_call",
+                pid,
+                tid,
+                comm = %comm,
+                calls = %d.calls.join(" > "),
+                "thread exited with a driver call in flight"
+            ),
+            Kind::Stall(s) => self.stall(ev, s),
+            Kind::StallEnd(s) => stall_end(ev, s),
+            Kind::Fork { child } => tracing::debug!(
+                target: TARGET,
+                event = "fork",
+                pid,
+                child = *child,
+                "tracked process forked"
+            ),
+            Kind::Exec => tracing::debug!(
+                target: TARGET,
+                event = "exec",
+                pid,
+                "tracked process exec'ed"
+            ),
+            Kind::ProcessExit => tracing::debug!(
+                target: TARGET,
+                event = "process_exit",
+                pid,
+                "tracked process exited"
+            ),
+            Kind::Diagnosis(d) => self.diagnosis(ev, d),
+            Kind::Scan(_) => self.print_repeats(ev.ts_ns, false),
+            Kind::ActiveFindings(_) => {}
+            Kind::Started(s) => started(s),
+            Kind::Stopped { signal } => {
+                self.print_repeats(ev.ts_ns, true);
+                tracing::info!(
+                target: TARGET,
+                event = "stopped",
+                signal = *signal,
+                "probes detached, agent stopped"
+                );
+            }
+            Kind::LibcudaAttached {
+                path,
+                host_path,
+                source,
+            } => tracing::info!(
+                target: TARGET,
+                event = "libcuda_attached",
+                path = %path,
+                host_path = %host_path,
+                source = %source,
+                "cuInit probes attached"
+            ),
+            Kind::LibcudaAttachFailed { path, error } => tracing::warn!(
+                target: TARGET,
+                event = "libcuda_attach_failed",
+                path = %path,
+                error = %error,
+                "could not probe cuInit in this library"
+            ),
+            Kind::LibcudaFlagUnusable { error } => tracing::error!(
+                target: TARGET,
+                event = "libcuda_not_found",
+                error = %error,
+                "--libcuda path unusable"
+            ),
+            Kind::LibcudaNotFound => tracing::warn!(
+                target: TARGET,
+                event = "libcuda_not_found",
+                "no libcuda.so found on the host or in any running process; cuInit probes attach \
+                 as soon as a process loads one (or pass --libcuda PATH)"
+            ),
+            Kind::LibcudaUnresolved { path, error } => tracing::debug!(
+                target: TARGET,
+                event = "libcuda_open",
+                pid,
+                path = %path,
+                error = %error,
+                "library opened but not resolvable"
+            ),
+            Kind::FdsLearned { count } => tracing::info!(
+                target: TARGET,
+                event = "fds_learned",
+                count = *count,
+                "NVIDIA fds opened before the agent started are tracked"
+            ),
+            Kind::InFlightAtStart { ioctl, node } => tracing::warn!(
+                target: TARGET,
+                event = "in_flight_at_start",
+                pid,
+                tid,
+                ioctl = %ioctl,
+                node = %node,
+                "a thread was already inside a driver call when the agent started; its age counts from now"
+            ),
+            Kind::ModuleChanged { module, loaded } => {
+                let done = if *loaded { "attached" } else { "detached" };
+                if *loaded {
+                    tracing::info!(
+                        target: TARGET,
+                        event = "module_loaded",
+                        module = *module,
+                        "kprobes on the module's functions {done}"
+                    );
+                } else {
+                    tracing::info!(
+                        target: TARGET,
+                        event = "module_unloaded",
+                        module = *module,
+                        "kprobes on the module's functions {done}"
+                    );
+                }
+            }
+            Kind::ProbesChanged { probes, .. } => {
+                if !self.probes_logged {
+                    self.probes_logged = true;
+                    for (spec, st) in probes {
+                        tracing::debug!(target: TARGET, probe = spec.label, state = %st, "probe");
+                    }
+                }
+            }
+            Kind::EvidenceChanged => tracing::debug!(
+                target: TARGET,
+                event = "evidence_changed",
+                "diagnosis facts changed"
+            ),
+            Kind::Swept { removed } => tracing::debug!(
+                target: TARGET,
+                event = "sweep",
+                removed = *removed,
+                "stale fd entries removed"
+            ),
+        }
+    }
+}
+
+impl LogListener {
+    /// Whether a failure is printed: always in JSON; in text, the first time for this
+    /// process, call and result in a while (the others are summed up).
+    fn print_failure(&mut self, ev: &Event, call: &str, result: &str) -> bool {
+        self.format == Format::Json
+            || self.seen.print_failure(
+                format!("pid={} {call} -> {result}", ev.pid().unwrap_or(0)),
+                ev.ts_ns,
+            )
+    }
+
+    /// The sums of repeated failures (text format): those whose window is over, or all.
+    fn print_repeats(&mut self, now_ns: u64, all: bool) {
+        if self.format != Format::Text {
+            return;
+        }
+        for (what, times, over) in self.seen.repeated(now_ns, all) {
+            tracing::warn!(
+                target: TARGET,
+                event = "repeated",
+                what = %what,
+                times,
+                over_seconds = over,
+                "failure repeated"
+            );
+        }
+    }
+
+    /// The summary fields a failure or stall record carries of its findings; in the text
+    /// format a finding already shown for this process is named only (rule and runbook).
+    fn summary(&self, ev: &Event) -> DiagnosisFields {
+        let f = DiagnosisFields::of(ev.findings());
+        match self.format {
+            Format::Json => f,
+            Format::Text => self.seen.summary(f),
+        }
+    }
+
+    fn cuinit_end(&mut self, ev: &Event, c: &CuinitEnd) {
+        let (pid, tid, comm) = (ev.pid().unwrap_or(0), ev.tid, ev.comm.as_str());
+        let secs = seconds(ev.ts_ns, c.start_ns);
+        if c.code == 0 {
+            tracing::info!(
+                target: TARGET,
+                event = "cuinit_end",
+                pid,
+                tid,
+                comm = %comm,
+                result = %c.result,
+                code = c.code,
+                duration_seconds = secs,
+                driver_calls = c.call.driver_calls,
+                device_opens = c.call.device_opens,
+                "cuInit returned"
+            );
+            return;
+        }
+        let (fail_call, fail_result) = c.call.last_failure.clone().unwrap_or_default();
+        let d = self.summary(ev);
+        tracing::error!(
+            target: TARGET,
+            event = "cuinit_end",
+            pid,
+            tid,
+            comm = %comm,
+            result = %c.result,
+            code = c.code,
+            duration_seconds = secs,
+            driver_calls = c.call.driver_calls,
+            device_opens = c.call.device_opens,
+            failed_call = %fail_call,
+            failed_result = %fail_result,
+            diagnosis = %d.rules,
+            diagnosis_title = %d.title,
+            diagnosis_fix = %d.fix,
+            runbook = %d.runbook,
+            "cuInit failed"
+        );
+    }
+
+    fn open(&mut self, ev: &Event, o: &Open) {
+        let (pid, tid, comm) = (ev.pid().unwrap_or(0), ev.tid, ev.comm.as_str());
+        if let Some(errno) = &o.errno {
+            if !self.print_failure(ev, &format!("open {}", o.path), errno) {
+                return;
+            }
+        }
+        let Some(errno) = &o.errno else {
+            tracing::debug!(
+                target: TARGET,
+                event = "device_open",
+                pid,
+                path = %o.path,
+                fd = o.ret,
+                "NVIDIA device opened"
+            );
+            return;
+        };
+        let container = ev
+            .process
+            .as_ref()
+            .and_then(|p| p.container_id.clone())
+            .unwrap_or_default();
+        let d = self.summary(ev);
+        tracing::warn!(
+            target: TARGET,
+            diagnosis = %d.rules,
+            diagnosis_title = %d.title,
+            diagnosis_fix = %d.fix,
+            runbook = %d.runbook,
+            event = "device_open_failed",
+            pid,
+            tid,
+            comm = %comm,
+            node = %o.node,
+            path = %o.path,
+            errno = %errno,
+            container_id = %container,
+            in_cuinit = o.in_cuinit,
+            "NVIDIA device open failed"
+        );
+    }
+
+    fn stall(&mut self, ev: &Event, s: &Stall) {
+        let (pid, tid) = (ev.pid().unwrap_or(0), ev.tid);
+        let age = s.age_ns(ev.ts_ns);
+        let late_ms = age.saturating_sub(s.threshold_ns) as f64 / 1e6;
+        let inside = match (self.format, s.kind) {
+            // For a stalled ioctl it names the call itself: people read `call` and `node`.
+            (Format::Text, CallKind::Ioctl) => String::new(),
+            _ => s.inside.as_ref().map(|i| i.text()).unwrap_or_default(),
+        };
+        let inside_age = s
+            .inside
+            .as_ref()
+            .map(|i| seconds(ev.ts_ns, i.start_ns))
+            .unwrap_or(0.0);
+        let w = ev
+            .process
+            .as_ref()
+            .map(|p| p.workload.clone())
+            .unwrap_or_default();
+        let t = &s.thread;
+        let d = self.summary(ev);
+        tracing::error!(
+            target: TARGET,
+            engine = w.engine.as_deref().unwrap_or(""),
+            model = w.model.as_deref().unwrap_or(""),
+            pod = w.k8s_pod_name.as_deref().unwrap_or(""),
+            namespace = w.k8s_namespace.as_deref().unwrap_or(""),
+            diagnosis = %d.rules,
+            diagnosis_title = %d.title,
+            diagnosis_fix = %d.fix,
+            runbook = %d.runbook,
+            event = "stall",
+            call = %s.call,
+            kind = s.kind.as_str(),
+            pid,
+            tid,
+            comm = %t.comm,
+            exe = %t.exe,
+            container_id = %t.container_id,
+            age_seconds = age as f64 / 1e9,
+            threshold_seconds = s.threshold_ns as f64 / 1e9,
+            detect_delay_ms = late_ms,
+            inside = %inside,
+            inside_age_seconds = inside_age,
+            node = %s.node,
+            thread_state = %t.state,
+            wchan = %t.wchan,
+            kernel_stack = %t.stack.join(" < "),
+            "call stalled"
+        );
+    }
+
+    fn diagnosis(&mut self, ev: &Event, d: &Diagnosis) {
+        let f = &d.finding;
+        if d.trigger == Trigger::Evidence {
+            self.seen.host_finding(f);
+            tracing::info!(
+                target: TARGET,
+                event = "diagnosis",
+                trigger = d.trigger.as_str(),
+                rule = %f.rule,
+                severity = f.severity.as_str(),
+                title = %f.title,
+                runbook = %f.runbook,
+                "finding from the host's state"
+            );
+            return;
+        }
+        let pid = ev.pid().unwrap_or(0);
+        if self.format == Format::Text && !self.seen.first_time(pid, f) {
+            // Shown in full already for this process: its cause's record names it.
+            return;
+        }
+        tracing::warn!(
+            target: TARGET,
+            event = "diagnosis",
+            trigger = d.trigger.as_str(),
+            pid,
+            rule = %f.rule,
+            severity = f.severity.as_str(),
+            confidence = ?f.confidence,
+            title = %f.title,
+            evidence = %evidence_text(f),
+            unchecked = %f.unchecked.join("; "),
+            fix = %fix_text(f),
+            runbook = %f.runbook,
+            "diagnosis"
+        );
+    }
+}
+
+fn ioctl(ev: &Event, io: &Ioctl) {
+    let (pid, tid, comm) = (ev.pid().unwrap_or(0), ev.tid, ev.comm.as_str());
+    let secs = seconds(ev.ts_ns, io.start_ns);
+    if io.failed {
+        tracing::warn!(
+            target: TARGET,
+            event = "driver_ioctl",
+            pid,
+            tid,
+            comm = %comm,
+            ioctl = %io.name,
+            cmd = %format!("{:#x}", io.cmd),
+            node = %io.node,
+            result = %io.result,
+            ret = io.ret,
+            duration_seconds = secs,
+            in_cuinit = io.in_cuinit,
+            "driver call failed"
+        );
+    } else if io.slow {
+        tracing::info!(
+            target: TARGET,
+            event = "driver_ioctl",
+            pid,
+            tid,
+            comm = %comm,
+            ioctl = %io.name,
+            node = %io.node,
+            result = %io.result,
+            duration_seconds = secs,
+            in_cuinit = io.in_cuinit,
+            "slow driver call"
+        );
+    } else {
+        tracing::debug!(
+            target: TARGET,
+            event = "driver_ioctl",
+            pid,
+            tid,
+            ioctl = %io.name,
+            node = %io.node,
+            result = %io.result,
+            duration_seconds = secs,
+            "driver call inside cuInit"
+        );
+    }
+}
+
+fn stall_end(ev: &Event, s: &StallEnd) {
+    let (pid, tid, comm) = (ev.pid().unwrap_or(0), ev.tid, ev.comm.as_str());
+    let secs = seconds(ev.ts_ns, s.start_ns);
+    let outcome = s.outcome.as_str();
+    match (s.outcome, s.kind) {
+        (StallOutcome::Returned, CallKind::Cuinit) => tracing::warn!(
+            target: TARGET,
+            event = "stall_end",
+            call = "cuInit",
+            outcome,
+            pid,
+            tid,
+            comm = %comm,
+            result = %s.result.as_deref().unwrap_or(""),
+            code = s.code.unwrap_or(0),
+            duration_seconds = secs,
+            "stalled cuInit returned"
+        ),
+        (StallOutcome::Returned, CallKind::Ioctl) => tracing::warn!(
+            target: TARGET,
+            event = "stall_end",
+            call = %s.call,
+            node = %s.node.as_deref().unwrap_or(""),
+            outcome,
+            pid,
+            tid,
+            comm = %comm,
+            result = %s.result.as_deref().unwrap_or(""),
+            duration_seconds = secs,
+            "stalled driver call returned"
+        ),
+        (StallOutcome::ThreadExited, _) => tracing::warn!(
+            target: TARGET,
+            event = "stall_end",
+            call = %s.call,
+            outcome,
+            pid,
+            tid,
+            comm = %comm,
+            "thread died inside a stalled call"
+        ),
+        (StallOutcome::Ended, _) => tracing::warn!(
+            target: TARGET,
+            event = "stall_end",
+            call = %s.call,
+            outcome,
+            pid,
+            tid,
+            "stalled call is no longer in flight (no exit event seen)"
+        ),
+    }
+}
+
+fn started(s: &Started) {
+    tracing::info!(
+        target: TARGET,
+        event = "started",
+        listen = %s.listen,
+        probes_attached = s.probes_attached,
+        probes_total = s.probes_total,
+        libcuda_targets = s.libcuda_targets,
+        cuinit_stall_seconds = s.cuinit_stall.as_secs_f64(),
+        ioctl_stall_seconds = s.ioctl_stall.as_secs_f64(),
+        "uvmwatch agent running"
+    );
+}
+
+/// Seconds from `start_ns` to `end_ns`.
+fn seconds(end_ns: u64, start_ns: u64) -> f64 {
+    end_ns.saturating_sub(start_ns) as f64 / 1e9
+}
+
+/// A fix step as one line: `[host] cmd; cmd`, or `[host] note` for a manual step.
+fn fix_line(step: &FixStep) -> String {
+    let w = match step.where_ {
+        Where::Host => "host",
+        Where::Container => "container",
+        Where::Any => "any",
+    };
+    if step.commands.is_empty() {
+        format!("[{w}] {}", step.note)
+    } else {
+        format!("[{w}] {}", step.commands.join("; "))
+    }
+}
+
+/// The fix, numbered: `(1) [host] ... (2) ...`.
+fn fix_text(f: &Finding) -> String {
+    f.fix
+        .iter()
+        .enumerate()
+        .map(|(i, st)| format!("({}) {}", i + 1, fix_line(st)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The evidence: `what=value [source]; ...`.
+fn evidence_text(f: &Finding) -> String {
+    f.evidence
+        .iter()
+        .map(|e| format!("{}={} [{}]", e.what, e.value, e.source))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The diagnosis fields of a failure or stall record.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DiagnosisFields {
+    /// Rule ids, worst first, comma separated (empty when none).
+    pub rules: String,
+    /// Title of the worst finding.
+    pub title: String,
+    /// Fix steps of the worst finding.
+    pub fix: String,
+    /// Runbook of the worst finding.
+    pub runbook: String,
+}
+
+impl DiagnosisFields {
+    /// The fields of `findings` (worst first).
+    pub fn of(findings: &[Arc<Finding>]) -> Self {
+        let worst = findings.first();
+        DiagnosisFields {
+            rules: findings
+                .iter()
+                .map(|f| f.rule.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+            title: worst.map(|f| f.title.clone()).unwrap_or_default(),
+            fix: worst.map(|f| fix_text(f)).unwrap_or_default(),
+            runbook: worst.map(|f| f.runbook.clone()).unwrap_or_default(),
+        }
+    }
+}

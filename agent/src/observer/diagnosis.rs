@@ -1,0 +1,249 @@
+//! Live diagnosis: the doctor's rules run on the host's facts plus what the probes saw.
+//!
+//! The facts ([`Evidence`]) are read at start and every `--evidence-refresh` in a thread of
+//! their own (`uvmwatch-evidence`), from this machine, below `--host-root`, or from a
+//! snapshot (`--evidence-root`); the agent never opens GPU nodes to read them. Rules on the
+//! facts alone run at start and whenever the facts change ("static" findings, trigger
+//! `evidence`). A failed `cuInit`, a failed device open and a stall are judged with what the
+//! probes saw of that process ([`observations`]); their findings ride on that event and
+//! stay active in `uvmwatch_diagnosis` for `--diagnosis-ttl`.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    path::PathBuf,
+    sync::{mpsc, Arc},
+    time::Duration,
+};
+
+use anyhow::{Context, Result};
+use tempfile::TempDir;
+
+use crate::{
+    doctor::{
+        bundle, collect,
+        facts::{Evidence, Observations, SeenCall},
+        finding::{Finding, Severity},
+        root::Root,
+        rules,
+    },
+    event::{ActiveFindings, CallKind, Event, Kind, Trigger},
+};
+
+/// A rule and severity, the labels of `uvmwatch_diagnosis`.
+type Key = (String, Severity);
+
+/// The live diagnosis state.
+pub struct Diagnosis {
+    evidence: Evidence,
+    /// New facts from the reader thread.
+    refreshed: mpsc::Receiver<Evidence>,
+    /// Keeps an unpacked `--evidence-root` bundle alive.
+    _snapshot: Option<TempDir>,
+    ttl_ns: u64,
+    /// Findings from the facts alone.
+    static_findings: Vec<Arc<Finding>>,
+    /// Findings from incidents: key -> expiry (monotonic ns).
+    incidents: HashMap<Key, u64>,
+    /// What `uvmwatch_diagnosis` shows at 1 now.
+    active: BTreeSet<Key>,
+}
+
+/// Where the facts come from.
+#[derive(Clone, Debug)]
+pub enum FactsFrom {
+    /// This machine (below a host root when the agent runs in a container).
+    Live { host_root: Option<PathBuf> },
+    /// A snapshot directory or bundle (`--evidence-root`).
+    Snapshot(PathBuf),
+}
+
+impl Diagnosis {
+    /// Reads the facts once and starts the reader thread (every `refresh`). Findings that
+    /// stay active after an incident: `ttl`.
+    ///
+    /// # Errors
+    /// The snapshot cannot be opened, or the thread cannot start.
+    pub fn start(from: &FactsFrom, refresh: Duration, ttl: Duration) -> Result<Diagnosis> {
+        let (snapshot, root) = match from {
+            FactsFrom::Snapshot(p) => bundle::open_bundle(p)
+                .with_context(|| format!("--evidence-root {}", p.display()))?,
+            FactsFrom::Live { .. } => {
+                // The agent observes: it never opens GPU nodes itself to collect evidence.
+                crate::doctor::root::set_live_opens(false);
+                (None, Root::Live)
+            }
+        };
+        let evidence = collect::collect(&root);
+        let (tx, refreshed) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("uvmwatch-evidence".into())
+            .spawn(move || loop {
+                std::thread::sleep(refresh);
+                if tx.send(collect::collect(&root)).is_err() {
+                    break;
+                }
+            })
+            .context("starting the evidence reader")?;
+        Ok(Diagnosis {
+            evidence,
+            refreshed,
+            _snapshot: snapshot,
+            ttl_ns: ttl.as_nanos() as u64,
+            static_findings: Vec::new(),
+            incidents: HashMap::new(),
+            active: BTreeSet::new(),
+        })
+    }
+
+    /// The findings from the facts alone, as `Diagnosis` events (trigger `evidence`), after
+    /// (re-)evaluating them. Call at start, and when [`Diagnosis::refresh`] says the facts
+    /// changed.
+    pub fn static_findings(&mut self, now_ns: u64) -> Vec<Event> {
+        self.static_findings = rules::diagnose(&self.evidence, &Observations::default())
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        self.static_findings
+            .iter()
+            .map(|f| {
+                Event::agent(
+                    now_ns,
+                    Kind::Diagnosis(crate::event::Diagnosis {
+                        finding: f.clone(),
+                        trigger: Trigger::Evidence,
+                    }),
+                )
+            })
+            .collect()
+    }
+
+    /// Takes facts the reader thread sent; `true` when they differ from the current ones.
+    pub fn refresh(&mut self) -> bool {
+        let mut changed = false;
+        while let Ok(e) = self.refreshed.try_recv() {
+            if e != self.evidence {
+                self.evidence = e;
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// Judges an event that can have a cause (a failed `cuInit`, a failed open, a stall):
+    /// attaches the findings to it and keeps them active for the TTL. `unavailable` lists
+    /// the probes not attached (`label: why`), for what the rules could not check.
+    pub fn judge(&mut self, ev: &mut Event, unavailable: impl FnOnce() -> Vec<String>) {
+        let Some(obs) = observations(ev, unavailable) else {
+            return;
+        };
+        let findings: Vec<Arc<Finding>> = rules::diagnose(&self.evidence, &obs)
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        let until = ev.ts_ns + self.ttl_ns;
+        for f in &findings {
+            self.incidents.insert((f.rule.clone(), f.severity), until);
+        }
+        match &mut ev.kind {
+            Kind::CuinitEnd(c) => c.findings = findings,
+            Kind::Open(o) => o.findings = findings,
+            Kind::Stall(s) => s.findings = findings,
+            _ => {}
+        }
+    }
+
+    /// The findings active now (static ones, and incidents within their TTL) when that set
+    /// changed since the last call, with those that cleared.
+    pub fn active(&mut self, now_ns: u64) -> Option<ActiveFindings> {
+        self.incidents.retain(|_, until| *until > now_ns);
+        let now: BTreeSet<Key> = self
+            .incidents
+            .keys()
+            .cloned()
+            .chain(
+                self.static_findings
+                    .iter()
+                    .map(|f| (f.rule.clone(), f.severity)),
+            )
+            .collect();
+        if now == self.active {
+            return None;
+        }
+        let cleared = self.active.difference(&now).cloned().collect();
+        self.active = now;
+        Some(ActiveFindings {
+            active: self.active.iter().cloned().collect(),
+            cleared,
+        })
+    }
+}
+
+/// What the probes saw of the process an event is about, for the rules: for a failed
+/// `cuInit`, a failed device open and a stall (`None` for other events). `unavailable`
+/// gives the probes that are not attached.
+pub fn observations(ev: &Event, unavailable: impl FnOnce() -> Vec<String>) -> Option<Observations> {
+    let pid = ev.pid();
+    let obs = match &ev.kind {
+        Kind::CuinitEnd(c) if c.code != 0 => Observations {
+            pid,
+            cuinit_result: Some(c.code),
+            cuinit_seconds: Some(ev.ts_ns.saturating_sub(c.start_ns) as f64 / 1e9),
+            failed_call: c.call.failed_call.clone(),
+            failed_opens: c.call.failed_opens.clone(),
+            device_opens: c.call.device_opens,
+            forked_after_parent_init: c.call.forked_after_parent_init,
+            kernel_signals: c.call.kernel_signals.clone(),
+            ..Observations::default()
+        },
+        Kind::Open(o) => Observations {
+            pid,
+            failed_opens: vec![(o.path.clone(), o.errno.clone()?)],
+            ..Observations::default()
+        },
+        Kind::Stall(s) => {
+            let stuck = match s.kind {
+                CallKind::Ioctl => Some((s.call.clone(), s.start_ns)),
+                CallKind::Cuinit => s.inside.as_ref().map(|i| (i.call.clone(), i.start_ns)),
+            };
+            let call = s.call_so_far.clone().unwrap_or_default();
+            let t = &s.thread;
+            Observations {
+                pid,
+                cuinit_in_flight: s.cuinit_start_ns.is_some(),
+                cuinit_seconds: s
+                    .cuinit_start_ns
+                    .map(|c| ev.ts_ns.saturating_sub(c) as f64 / 1e9),
+                stuck_in: stuck.map(|(call, start)| SeenCall {
+                    call,
+                    node: s.node.clone(),
+                    result: String::new(),
+                    seconds: ev.ts_ns.saturating_sub(start) as f64 / 1e9,
+                }),
+                stuck_wchan: (!t.wchan.is_empty()).then(|| t.wchan.clone()),
+                stuck_state: t.read.then(|| t.state.clone()),
+                stuck_stack: t.stack.clone(),
+                failed_call: call.failed_call,
+                failed_opens: call.failed_opens,
+                device_opens: call.device_opens,
+                forked_after_parent_init: call.forked_after_parent_init,
+                kernel_signals: call.kernel_signals,
+                ..Observations::default()
+            }
+        }
+        _ => return None,
+    };
+    Some(Observations {
+        unavailable_probes: unavailable(),
+        ..obs
+    })
+}
+
+/// The trigger of the findings an event carries.
+pub fn trigger_of(ev: &Event) -> Option<Trigger> {
+    match ev.kind {
+        Kind::CuinitEnd(_) => Some(Trigger::CuinitEnd),
+        Kind::Open(_) => Some(Trigger::DeviceOpenFailed),
+        Kind::Stall(_) => Some(Trigger::Stall),
+        _ => None,
+    }
+}

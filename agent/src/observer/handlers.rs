@@ -1,0 +1,422 @@
+//! One handler per kind of kernel record: each builds its [`Event`] once, with the names
+//! resolved, the process's identity attached and what the thread's `cuInit` did so far, and
+//! emits it; and the stall scan, which reports the calls in flight past their threshold.
+
+use std::sync::Arc;
+
+use uvmwatch_common::{
+    node, result, CuinitEvent, EventHeader, IoctlEvent, KfuncEvent, OpenEvent, TaskEvent,
+    DIED_IN_CUINIT, DIED_IN_IOCTL, IOCTL_FAILED, IOCTL_IN_CUINIT, IOCTL_SLOW, OPEN_IN_CUINIT,
+    OPEN_LIBCUDA,
+};
+
+use super::{
+    stall::{CallKey, CallKind, InFlight},
+    Observer,
+};
+use crate::{
+    clock,
+    decode::{
+        errno, nvidia,
+        record::{cstr, Record},
+    },
+    event::{
+        CuinitEnd, DiedInCall, Event, Inside, Ioctl, KernelSignal, Kind, Open, Process, Stall,
+        StallEnd, StallOutcome, ThreadSnapshot,
+    },
+    host::procfs,
+    kernel::registry::kfunc_name,
+};
+
+/// A thread in flight for longer than this that `/proc` no longer shows is forgotten (it
+/// vanished without an exit record, e.g. before the agent started): never a phantom stall.
+const GONE_AFTER_NS: u64 = 1_000_000_000;
+
+impl Observer {
+    /// Handles one decoded record.
+    pub(super) fn handle(&mut self, r: Record) {
+        match r {
+            Record::CuinitEnter(e) => self.on_cuinit_enter(&e),
+            Record::CuinitExit(e) => self.on_cuinit_exit(&e),
+            Record::Ioctl(e) => self.on_ioctl(&e),
+            Record::Open(e) => self.on_open(&e),
+            Record::Kfunc(e) => self.on_kfunc(&e),
+            Record::DiedInCall(e) => self.on_died(&e),
+            Record::Fork(e) => {
+                let ev = self.bare(&e.header, Kind::Fork { child: e.aux });
+                self.dispatch(ev);
+            }
+            Record::Exec(e) => {
+                // A new image: its CUDA state and the identity read before are gone.
+                self.calls.exec(e.header.tgid);
+                self.identities.forget(e.header.tgid);
+                let ev = self.bare(&e.header, Kind::Exec);
+                self.dispatch(ev);
+            }
+            Record::ProcExit(e) => {
+                self.calls.exit(e.header.tgid);
+                self.identities.forget(e.header.tgid);
+                let ev = self.bare(&e.header, Kind::ProcessExit);
+                self.dispatch(ev);
+            }
+        }
+    }
+
+    /// An event about the record's process and thread, at the record's time.
+    fn about(&mut self, h: &EventHeader, kind: Kind) -> Event {
+        let comm = cstr(&h.comm);
+        Event {
+            ts_ns: h.ts_ns,
+            process: Some(self.identities.get(h.tgid, &comm)),
+            tid: h.tid,
+            comm,
+            kind,
+        }
+    }
+
+    /// Like [`Observer::about`], without reading the process's identity (it is exec'ing,
+    /// exiting, or only forking).
+    fn bare(&self, h: &EventHeader, kind: Kind) -> Event {
+        let comm = cstr(&h.comm);
+        Event {
+            ts_ns: h.ts_ns,
+            process: Some(Arc::new(Process::named(h.tgid, &comm))),
+            tid: h.tid,
+            comm,
+            kind,
+        }
+    }
+
+    fn on_cuinit_enter(&mut self, e: &CuinitEvent) {
+        let h = &e.header;
+        self.calls.start(h.tgid, h.tid, e.forked_from);
+        let ev = self.about(
+            h,
+            Kind::CuinitStart {
+                start_ns: e.start_ns,
+                flags: e.flags,
+            },
+        );
+        self.dispatch(ev);
+    }
+
+    fn on_cuinit_exit(&mut self, e: &CuinitEvent) {
+        let h = &e.header;
+        let result = nvidia::cu_result_name(e.ret);
+        let mut call = self
+            .calls
+            .end(h.tgid, h.tid, e.ret == 0)
+            .unwrap_or_default();
+        call.forked_after_parent_init = self.calls.forked_after_init(e.forked_from);
+        let key = CallKey {
+            kind: CallKind::Cuinit,
+            tid: h.tid,
+            start_ns: e.start_ns,
+        };
+        if self.detector.end(&key).is_some() {
+            let ev = self.about(
+                h,
+                Kind::StallEnd(StallEnd {
+                    kind: CallKind::Cuinit,
+                    call: "cuInit".into(),
+                    label: "cuInit".into(),
+                    start_ns: e.start_ns,
+                    outcome: StallOutcome::Returned,
+                    node: None,
+                    result: Some(result.clone()),
+                    code: Some(e.ret),
+                }),
+            );
+            self.dispatch(ev);
+        }
+        let ev = self.about(
+            h,
+            Kind::CuinitEnd(CuinitEnd {
+                start_ns: e.start_ns,
+                code: e.ret,
+                result,
+                entry_seen: e.entry_seen == 1,
+                call,
+                findings: Vec::new(),
+            }),
+        );
+        self.emit(ev);
+    }
+
+    fn on_ioctl(&mut self, e: &IoctlEvent) {
+        let h = &e.header;
+        let io = Ioctl {
+            start_ns: e.start_ns,
+            cmd: e.cmd,
+            name: nvidia::ioctl_display(e.node, e.cmd),
+            label: nvidia::ioctl_label(e.node, e.cmd),
+            node: nvidia::node_path(e.node, e.minor),
+            result: nvidia::ioctl_result_label(e.result_kind, e.status),
+            ret: e.ret,
+            failed: e.flags & IOCTL_FAILED != 0,
+            slow: e.flags & IOCTL_SLOW != 0,
+            in_cuinit: e.flags & IOCTL_IN_CUINIT != 0,
+        };
+        if io.in_cuinit {
+            let secs = h.ts_ns.saturating_sub(e.start_ns) as f64 / 1e9;
+            self.calls.ioctl(h.tid, &io, secs);
+        }
+        let key = CallKey {
+            kind: CallKind::Ioctl,
+            tid: h.tid,
+            start_ns: e.start_ns,
+        };
+        if self.detector.end(&key).is_some() {
+            let ev = self.about(
+                h,
+                Kind::StallEnd(StallEnd {
+                    kind: CallKind::Ioctl,
+                    call: io.name.clone(),
+                    label: io.label.to_string(),
+                    start_ns: e.start_ns,
+                    outcome: StallOutcome::Returned,
+                    node: Some(io.node.clone()),
+                    result: Some(io.result.clone()),
+                    code: None,
+                }),
+            );
+            self.dispatch(ev);
+        }
+        let ev = self.about(h, Kind::Ioctl(io));
+        self.dispatch(ev);
+    }
+
+    fn on_open(&mut self, e: &OpenEvent) {
+        let h = &e.header;
+        let path = cstr(&e.path);
+        if e.flags & OPEN_LIBCUDA != 0 {
+            // A library to probe: the event is its attach.
+            match self
+                .discovery
+                .from_opened_path(&self.cfg.proc_root, h.tgid, &path)
+            {
+                Ok(Some(t)) => self.attach(t),
+                Ok(None) => {}
+                Err(err) => {
+                    let error = format!("{err:#}");
+                    let ev = self.bare(h, Kind::LibcudaUnresolved { path, error });
+                    self.dispatch(ev);
+                }
+            }
+            return;
+        }
+        let o = Open {
+            start_ns: e.start_ns,
+            node: nvidia::node_label(e.node, e.minor),
+            errno: (e.ret < 0).then(|| errno::label((-e.ret) as u32)),
+            path,
+            ret: e.ret,
+            in_cuinit: e.flags & OPEN_IN_CUINIT != 0,
+            findings: Vec::new(),
+        };
+        if o.in_cuinit {
+            self.calls.open(h.tid, &o);
+        }
+        let ev = self.about(h, Kind::Open(o));
+        self.emit(ev);
+    }
+
+    /// A kprobed kernel or driver function failed: kept as a kernel-side signal of the
+    /// thread's `cuInit` for the diagnosis rules.
+    fn on_kfunc(&mut self, e: &KfuncEvent) {
+        let h = &e.header;
+        let result = if e.kind == result::ERRNO {
+            format!("-{} ({})", e.code, errno::label(e.code))
+        } else {
+            nvidia::nv_status_label(e.code)
+        };
+        let s = KernelSignal {
+            start_ns: e.start_ns,
+            function: kfunc_name(e.func),
+            result,
+            in_uvm_ioctl: e.in_uvm_ioctl == 1,
+        };
+        self.calls.kernel_signal(h.tid, s.text());
+        let ev = self.about(h, Kind::KernelSignal(s));
+        self.dispatch(ev);
+    }
+
+    fn on_died(&mut self, e: &TaskEvent) {
+        let h = &e.header;
+        let mut calls = Vec::new();
+        let mut cuinit_seen = false;
+        if e.what & DIED_IN_CUINIT != 0 {
+            calls.push("cuInit".to_string());
+            cuinit_seen = self.calls.end(h.tgid, h.tid, false).is_some();
+        }
+        if e.what & DIED_IN_IOCTL != 0 {
+            calls.push(nvidia::ioctl_display(e.node, e.aux));
+        }
+        for c in self.detector.end_thread(h.tid) {
+            let ev = self.about(
+                h,
+                Kind::StallEnd(StallEnd {
+                    kind: c.key.kind,
+                    call: c.call,
+                    label: c.label,
+                    start_ns: c.key.start_ns,
+                    outcome: StallOutcome::ThreadExited,
+                    node: None,
+                    result: None,
+                    code: None,
+                }),
+            );
+            self.dispatch(ev);
+        }
+        let ev = self.about(h, Kind::DiedInCall(DiedInCall { calls, cuinit_seen }));
+        self.dispatch(ev);
+    }
+
+    // --- stalls --------------------------------------------------------------------------
+
+    /// Everything in flight now, from the kernel's maps; threads gone without an exit record
+    /// are dropped from the maps.
+    fn snapshot(&mut self, now: u64) -> Vec<InFlight> {
+        let (cu, io) = {
+            let k = self.kernel();
+            (
+                k.inflight_cuinit().unwrap_or_default(),
+                k.inflight_ioctls().unwrap_or_default(),
+            )
+        };
+        let calls = cu
+            .into_iter()
+            .map(|(tid, c)| InFlight {
+                key: CallKey {
+                    kind: CallKind::Cuinit,
+                    tid,
+                    start_ns: c.start_ns,
+                },
+                tgid: c.tgid,
+                call: "cuInit".into(),
+                label: "cuInit".into(),
+                node: node::NONE,
+                minor: 0,
+            })
+            .chain(io.into_iter().map(|(tid, i)| InFlight {
+                key: CallKey {
+                    kind: CallKind::Ioctl,
+                    tid,
+                    start_ns: i.start_ns,
+                },
+                tgid: i.tgid,
+                call: nvidia::ioctl_display(i.node, i.cmd),
+                label: nvidia::ioctl_label(i.node, i.cmd).to_string(),
+                node: i.node,
+                minor: i.minor,
+            }));
+        let mut out = Vec::new();
+        let mut dead = Vec::new();
+        for c in calls {
+            if now.saturating_sub(c.key.start_ns) > GONE_AFTER_NS
+                && !procfs::thread_alive(&self.cfg.proc_root, c.tgid, c.key.tid)
+            {
+                dead.push(c.key.tid);
+                continue;
+            }
+            out.push(c);
+        }
+        if !dead.is_empty() {
+            let mut k = self.kernel();
+            for tid in dead {
+                k.forget_thread(tid);
+            }
+        }
+        out
+    }
+
+    /// One pass of the stall scan: new stalls, stalls that vanished, the scan's figures.
+    pub(super) fn scan(&mut self) {
+        let now = clock::monotonic_ns();
+        let snap = self.snapshot(now);
+        let r = self.detector.scan(&snap, now);
+        for c in &r.new_stalls {
+            let ev = self.stall_report(c, &snap, now);
+            self.emit(ev);
+        }
+        for c in r.vanished {
+            let ev = Event {
+                ts_ns: now,
+                process: Some(self.identities.get(c.tgid, "")),
+                tid: c.key.tid,
+                comm: String::new(),
+                kind: Kind::StallEnd(StallEnd {
+                    kind: c.key.kind,
+                    call: c.call,
+                    label: c.label,
+                    start_ns: c.key.start_ns,
+                    outcome: StallOutcome::Ended,
+                    node: None,
+                    result: None,
+                    code: None,
+                }),
+            };
+            self.dispatch(ev);
+        }
+        let cuinit_in_flight = snap
+            .iter()
+            .filter(|c| c.key.kind == CallKind::Cuinit)
+            .count();
+        let figures = self.scan_figures(cuinit_in_flight);
+        self.dispatch(Event::agent(now, Kind::Scan(figures)));
+    }
+
+    /// The stall of `c`: the driver call its thread is inside, what `/proc` shows of the
+    /// thread, what its `cuInit` did so far.
+    fn stall_report(&mut self, c: &InFlight, snap: &[InFlight], now: u64) -> Event {
+        let tid = c.key.tid;
+        let inner = snap
+            .iter()
+            .find(|o| o.key.kind == CallKind::Ioctl && o.key.tid == tid);
+        let node = inner
+            .map(|i| nvidia::node_path(i.node, i.minor))
+            .unwrap_or_default();
+        let inside = inner.map(|i| Inside {
+            call: i.call.clone(),
+            node: node.clone(),
+            start_ns: i.key.start_ns,
+        });
+        let cuinit_start_ns = snap
+            .iter()
+            .find(|o| o.key.kind == CallKind::Cuinit && o.key.tid == tid)
+            .map(|o| o.key.start_ns);
+        let thread = match procfs::read_thread(&self.cfg.proc_root, c.tgid, tid) {
+            Ok(t) => ThreadSnapshot {
+                read: true,
+                state: format!("{} ({})", t.state, t.state_name),
+                wchan: t.wchan.unwrap_or_default(),
+                exe: t.exe.map(|p| p.display().to_string()).unwrap_or_default(),
+                container_id: t.container_id.unwrap_or_default(),
+                stack: t.kernel_stack.unwrap_or_default(),
+                comm: t.comm,
+            },
+            Err(_) => ThreadSnapshot::default(),
+        };
+        let stall = Stall {
+            kind: c.key.kind,
+            call: c.call.clone(),
+            label: c.label.clone(),
+            start_ns: c.key.start_ns,
+            threshold_ns: self.detector.threshold_ns(c.key.kind),
+            node,
+            inside,
+            cuinit_start_ns,
+            call_so_far: self.calls.so_far(tid),
+            findings: Vec::new(),
+            thread,
+        };
+        let comm = stall.thread.comm.clone();
+        Event {
+            ts_ns: now,
+            process: Some(self.identities.get(c.tgid, &comm)),
+            tid,
+            comm,
+            kind: Kind::Stall(Box::new(stall)),
+        }
+    }
+}
