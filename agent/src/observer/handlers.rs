@@ -12,7 +12,7 @@ use uvmwatch_common::{
 
 use super::{
     stall::{CallKey, CallKind, InFlight},
-    Observer,
+    KernelSide, Observer,
 };
 use crate::{
     clock,
@@ -32,7 +32,7 @@ use crate::{
 /// vanished without an exit record, e.g. before the agent started): never a phantom stall.
 const GONE_AFTER_NS: u64 = 1_000_000_000;
 
-impl Observer {
+impl<K: KernelSide> Observer<K> {
     /// Handles one decoded record.
     pub(super) fn handle(&mut self, r: Record) {
         match r {

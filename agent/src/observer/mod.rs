@@ -7,13 +7,17 @@
 //! in-flight maps for calls past their threshold ([`stall`]); a failure or stall is judged by
 //! the live diagnosis ([`diagnosis`]) before the event leaves, and its findings follow it as
 //! events of their own. It also attaches `cuInit` probes to each new libcuda ([`startup`]),
-//! follows `nvidia_uvm` loads, and sweeps stale fd entries.
+//! follows `nvidia_uvm` loads, and sweeps stale fd entries. What it needs of the kernel side
+//! is [`KernelSide`].
 
 pub mod calls;
 pub mod diagnosis;
 mod handlers;
+mod kernel_side;
 pub mod stall;
 mod startup;
+#[cfg(test)]
+mod tests;
 
 use std::{
     future::Future,
@@ -38,6 +42,7 @@ use crate::{
 };
 use calls::Calls;
 use diagnosis::{Diagnosis, FactsFrom};
+pub use kernel_side::KernelSide;
 use stall::StallDetector;
 
 /// Settings of the observer.
@@ -93,10 +98,10 @@ const MODULE_CHECK_EVERY: u64 = 20;
 /// How often stale fd entries are swept and expired findings cleared.
 const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
-/// The observer's state.
-pub struct Observer {
+/// The observer's state, over the kernel side `K` ([`Kernel`]; a stand-in in its tests).
+pub struct Observer<K: KernelSide = Kernel> {
     cfg: RunConfig,
-    kernel: Arc<Mutex<Kernel>>,
+    kernel: Arc<Mutex<K>>,
     ring: Option<RingBuf<MapData>>,
     discovery: Discovery,
     detector: StallDetector,
@@ -108,7 +113,7 @@ pub struct Observer {
     undecodable: u64,
 }
 
-impl Observer {
+impl Observer<Kernel> {
     /// Loads and attaches the kernel programs and reads the diagnosis facts once. Nothing is
     /// reported yet: give the listeners to [`Observer::start`].
     ///
@@ -120,66 +125,15 @@ impl Observer {
             slow_ioctl_ns: slow.as_nanos() as u64,
         })?;
         let ring = kernel.take_events()?;
-        let diagnosis = match &cfg.facts {
-            Some(from) => Some(Diagnosis::start(
-                from,
-                cfg.evidence_refresh,
-                cfg.diagnosis_ttl,
-            )?),
-            None => None,
-        };
-        Ok(Observer {
-            detector: StallDetector::new(cfg.cuinit_stall, cfg.ioctl_stall),
-            identities: Identities::new(cfg.proc_root.clone()),
-            cfg,
-            kernel: Arc::new(Mutex::new(kernel)),
-            ring: Some(ring),
-            discovery: Discovery::new(),
-            calls: Calls::default(),
-            diagnosis,
-            listeners: Vec::new(),
-            undecodable: 0,
-        })
+        let mut o = Observer::over(cfg, kernel)?;
+        o.ring = Some(ring);
+        Ok(o)
     }
 
     /// The kernel side, for readers of its aggregates (the metrics' collector). Weak, so
     /// that dropping the observer really detaches the programs.
     pub fn kernel_handle(&self) -> Weak<Mutex<Kernel>> {
         Arc::downgrade(&self.kernel)
-    }
-
-    /// Does the start-up work with `listeners` watching: findings from the facts, libcuda
-    /// discovery, fds and calls already open; ends with the `started` event, which says
-    /// where `/metrics` is served (`listen`: an address, or `none`).
-    pub fn start(&mut self, listeners: Vec<Box<dyn Listener>>, listen: &str) {
-        self.listeners = listeners;
-        let now = clock::monotonic_ns();
-        if let Some(d) = self.diagnosis.as_mut() {
-            let found = d.static_findings(now);
-            let active = d.active(now);
-            for ev in found {
-                self.dispatch(ev);
-            }
-            if let Some(a) = active {
-                self.dispatch(Event::agent(now, Kind::ActiveFindings(a)));
-            }
-        }
-        self.discover_initial();
-        self.seed_fds();
-        self.probes_changed();
-        let (rows, targets) = {
-            let k = self.kernel();
-            (k.probe_states(), k.libcuda_targets())
-        };
-        let started = crate::event::Started {
-            listen: listen.to_string(),
-            probes_attached: rows.iter().filter(|(_, s)| s.gauge() == 1).count(),
-            probes_total: rows.len(),
-            libcuda_targets: targets,
-            cuinit_stall: self.cfg.cuinit_stall,
-            ioctl_stall: self.cfg.ioctl_stall,
-        };
-        self.dispatch(Event::agent(clock::monotonic_ns(), Kind::Started(started)));
     }
 
     /// Runs until SIGINT, SIGTERM or `stop` (which gives the reason), then reports the last
@@ -248,8 +202,71 @@ impl Observer {
         }
         Ok(())
     }
+}
 
-    fn kernel(&self) -> MutexGuard<'_, Kernel> {
+impl<K: KernelSide> Observer<K> {
+    /// An observer over a kernel side already loaded (and its ring buffer taken).
+    ///
+    /// # Errors
+    /// The facts' snapshot cannot be opened.
+    pub fn over(cfg: RunConfig, kernel: K) -> Result<Observer<K>> {
+        let diagnosis = match &cfg.facts {
+            Some(from) => Some(Diagnosis::start(
+                from,
+                cfg.evidence_refresh,
+                cfg.diagnosis_ttl,
+            )?),
+            None => None,
+        };
+        Ok(Observer {
+            detector: StallDetector::new(cfg.cuinit_stall, cfg.ioctl_stall),
+            identities: Identities::new(cfg.proc_root.clone()),
+            cfg,
+            kernel: Arc::new(Mutex::new(kernel)),
+            ring: None,
+            discovery: Discovery::new(),
+            calls: Calls::default(),
+            diagnosis,
+            listeners: Vec::new(),
+            undecodable: 0,
+        })
+    }
+
+    /// Does the start-up work with `listeners` watching: findings from the facts, libcuda
+    /// discovery, fds and calls already open; ends with the `started` event, which says
+    /// where `/metrics` is served (`listen`: an address, or `none`).
+    pub fn start(&mut self, listeners: Vec<Box<dyn Listener>>, listen: &str) {
+        self.listeners = listeners;
+        let now = clock::monotonic_ns();
+        if let Some(d) = self.diagnosis.as_mut() {
+            let found = d.static_findings(now);
+            let active = d.active(now);
+            for ev in found {
+                self.dispatch(ev);
+            }
+            if let Some(a) = active {
+                self.dispatch(Event::agent(now, Kind::ActiveFindings(a)));
+            }
+        }
+        self.discover_initial();
+        self.seed_fds();
+        self.probes_changed();
+        let (rows, targets) = {
+            let k = self.kernel();
+            (k.probe_states(), k.libcuda_targets())
+        };
+        let started = crate::event::Started {
+            listen: listen.to_string(),
+            probes_attached: rows.iter().filter(|(_, s)| s.gauge() == 1).count(),
+            probes_total: rows.len(),
+            libcuda_targets: targets,
+            cuinit_stall: self.cfg.cuinit_stall,
+            ioctl_stall: self.cfg.ioctl_stall,
+        };
+        self.dispatch(Event::agent(clock::monotonic_ns(), Kind::Started(started)));
+    }
+
+    fn kernel(&self) -> MutexGuard<'_, K> {
         lock(&self.kernel)
     }
 
@@ -371,7 +388,7 @@ impl Observer {
         let root = self.cfg.proc_root.clone();
         let removed = self
             .kernel()
-            .sweep(|tgid| root.join(tgid.to_string()).exists())
+            .sweep(&|tgid| root.join(tgid.to_string()).exists())
             .unwrap_or(0);
         if removed > 0 {
             self.dispatch(Event::agent(clock::monotonic_ns(), Kind::Swept { removed }));
@@ -380,7 +397,7 @@ impl Observer {
     }
 }
 
-fn lock(kernel: &Mutex<Kernel>) -> MutexGuard<'_, Kernel> {
+fn lock<K>(kernel: &Mutex<K>) -> MutexGuard<'_, K> {
     match kernel.lock() {
         Ok(k) => k,
         Err(p) => p.into_inner(),
@@ -388,7 +405,7 @@ fn lock(kernel: &Mutex<Kernel>) -> MutexGuard<'_, Kernel> {
 }
 
 /// Probes that are not attached, as `label: why`, for the rules' "could not check".
-fn unavailable_probes(kernel: &Mutex<Kernel>) -> Vec<String> {
+fn unavailable_probes<K: KernelSide>(kernel: &Mutex<K>) -> Vec<String> {
     lock(kernel)
         .probe_states()
         .into_iter()

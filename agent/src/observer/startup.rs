@@ -8,7 +8,7 @@ use std::{collections::HashMap, path::Path};
 
 use uvmwatch_common::{node, InflightIoctl};
 
-use super::Observer;
+use super::{KernelSide, Observer};
 use crate::{
     clock,
     decode::nvidia,
@@ -19,7 +19,7 @@ use crate::{
     },
 };
 
-impl Observer {
+impl<K: KernelSide> Observer<K> {
     /// Attaches the `cuInit` probes to a newly found libcuda file.
     pub(super) fn attach(&mut self, t: LibTarget) {
         let r = self.kernel().attach_libcuda(&t.host_path, t.dev, t.ino);

@@ -654,3 +654,144 @@ impl DiagnosisFields {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::doctor::finding::{Confidence, Severity};
+    use crate::event::{testing as mk, Listener};
+    use std::sync::Mutex;
+
+    /// Runs `f` with the text format writing into a buffer; returns the lines.
+    fn text_lines(f: impl FnOnce()) -> Vec<String> {
+        let buf: Arc<Mutex<Vec<u8>>> = Default::default();
+        let b = buf.clone();
+        let sub = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .event_format(text::Compact)
+            .with_writer(move || Writer(b.clone()))
+            .finish();
+        tracing::subscriber::with_default(sub, f);
+        let out = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
+        out.lines().map(str::to_string).collect()
+    }
+
+    struct Writer(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Writer {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn finding(rule: &str) -> Finding {
+        Finding {
+            rule: rule.into(),
+            title: format!("{rule} title"),
+            severity: Severity::Critical,
+            confidence: Confidence::High,
+            evidence: vec![],
+            unchecked: vec![],
+            fix: vec![FixStep {
+                where_: Where::Host,
+                commands: vec!["echo fix".into()],
+                note: String::new(),
+            }],
+            runbook: format!("docs/runbooks/{rule}.md"),
+        }
+    }
+
+    /// A failed open with `f` attached, and its finding, as the observer sends them.
+    fn failed_open(l: &mut LogListener, f: &Finding, t: u64) {
+        let p = mk::process();
+        let mut e = mk::open(&p, 4242, t, t + 10, "/dev/nvidia-uvm", Some("ENOENT"), true);
+        if let Kind::Open(o) = &mut e.kind {
+            o.findings = vec![Arc::new(f.clone())];
+        }
+        l.event(&Arc::new(e));
+        l.event(&Arc::new(mk::diagnosis(
+            &p,
+            t + 10,
+            f,
+            Trigger::DeviceOpenFailed,
+        )));
+    }
+
+    #[test]
+    fn the_text_log_shows_a_finding_once_and_sums_up_repeated_failures() {
+        let f = finding("node_or_module_missing");
+        let lines = text_lines(|| {
+            let mut l = LogListener::new(Format::Text);
+            failed_open(&mut l, &f, 1_000);
+            // The same failure again, twice: summed up, not printed.
+            failed_open(&mut l, &f, 2_000);
+            failed_open(&mut l, &f, 3_000);
+            l.event(&Arc::new(mk::scan(20_000_000_000, 0)));
+        });
+        assert_eq!(lines.len(), 3, "{lines:#?}");
+        assert!(
+            lines[0].contains(" WARN NVIDIA device open failed "),
+            "{}",
+            lines[0]
+        );
+        assert!(lines[0].contains("diagnosis=node_or_module_missing"));
+        assert!(lines[0].contains("runbook=docs/runbooks/node_or_module_missing.md"));
+        assert!(
+            !lines[0].contains("title"),
+            "the title is the finding's own line's"
+        );
+        assert!(!lines[0].contains("tid="), "json-only field");
+        assert!(lines[0].contains("container_id=3f1c0ffee0ddba11"));
+        assert!(
+            !lines[0].contains("diagnosis_fix"),
+            "blank in text: left out"
+        );
+        assert!(lines[1].contains(" WARN diagnosis "), "{}", lines[1]);
+        assert!(
+            lines[1].contains("fix=\"(1) [host] echo fix\""),
+            "{}",
+            lines[1]
+        );
+        assert!(lines[2].contains("failure repeated"), "{}", lines[2]);
+        assert!(lines[2].contains("times=2"), "{}", lines[2]);
+    }
+
+    #[test]
+    fn the_json_log_keeps_every_record_and_field() {
+        let f = finding("node_or_module_missing");
+        let buf: Arc<Mutex<Vec<u8>>> = Default::default();
+        let b = buf.clone();
+        let sub = tracing_subscriber::fmt()
+            .json()
+            .flatten_event(true)
+            .with_writer(move || Writer(b.clone()))
+            .finish();
+        tracing::subscriber::with_default(sub, || {
+            let mut l = LogListener::new(Format::Json);
+            failed_open(&mut l, &f, 1_000);
+            failed_open(&mut l, &f, 2_000);
+        });
+        let out = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
+        let records: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(records.len(), 4);
+        for r in &records {
+            assert_eq!(r["target"], TARGET);
+        }
+        assert_eq!(records[0]["event"], "device_open_failed");
+        assert_eq!(
+            records[0]["diagnosis_title"],
+            "node_or_module_missing title"
+        );
+        assert_eq!(records[0]["container_id"], "3f1c0ffee0ddba11");
+        assert_eq!(records[1]["event"], "diagnosis");
+        assert_eq!(records[1]["fix"], "(1) [host] echo fix");
+        assert_eq!(records[3]["event"], "diagnosis");
+    }
+}

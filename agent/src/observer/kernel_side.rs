@@ -1,0 +1,76 @@
+//! What the observer needs of the kernel side: the in-flight maps it scans, the probe
+//! table, the loss counters, and the few writes it makes (probes for a new libcuda, fds and
+//! calls learned at start, entries of threads that are gone). [`Kernel`] is it; the
+//! observer's tests put a stand-in in its place, so its handlers run without root.
+
+use std::path::Path;
+
+use anyhow::Result;
+use uvmwatch_common::{counter, InflightCuinit, InflightIoctl};
+
+use crate::kernel::{
+    registry::{ProbeSpec, ProbeState},
+    Kernel,
+};
+
+/// The kernel side as the observer uses it.
+pub trait KernelSide: Send + 'static {
+    /// Every probe and its state.
+    fn probe_states(&self) -> Vec<(ProbeSpec, ProbeState)>;
+    /// libcuda files with `cuInit` probes.
+    fn libcuda_targets(&self) -> usize;
+    /// Attaches the `cuInit` probes to a libcuda file (known to be new by device and inode).
+    fn attach_libcuda(&mut self, path: &Path, dev: u64, ino: u64) -> Result<()>;
+    /// `cuInit` calls in flight: (tid, entry).
+    fn inflight_cuinit(&self) -> Result<Vec<(u32, InflightCuinit)>>;
+    /// Driver ioctls in flight: (tid, entry).
+    fn inflight_ioctls(&self) -> Result<Vec<(u32, InflightIoctl)>>;
+    /// Removes the in-flight entries of a thread that no longer exists.
+    fn forget_thread(&mut self, tid: u32);
+    /// The loss counters (index `uvmwatch_common::counter`).
+    fn counters(&self) -> Result<[u64; counter::COUNT as usize]>;
+    /// `Some(loaded)` when `nvidia_uvm` came or went since the last call.
+    fn refresh_module(&mut self) -> Option<bool>;
+    /// Removes fd entries of processes that are gone; returns how many.
+    fn sweep(&mut self, alive: &dyn Fn(u32) -> bool) -> Result<usize>;
+    /// Records an NVIDIA fd opened before the agent started.
+    fn seed_fd(&mut self, tgid: u32, fd: u32, node: u8, minor: u8, cloexec: bool) -> Result<()>;
+    /// Records a driver call already in progress on `tid` when the agent started.
+    fn seed_inflight_ioctl(&mut self, tid: u32, e: InflightIoctl) -> Result<()>;
+}
+
+impl KernelSide for Kernel {
+    fn probe_states(&self) -> Vec<(ProbeSpec, ProbeState)> {
+        Kernel::probe_states(self)
+    }
+    fn libcuda_targets(&self) -> usize {
+        Kernel::libcuda_targets(self)
+    }
+    fn attach_libcuda(&mut self, path: &Path, dev: u64, ino: u64) -> Result<()> {
+        Kernel::attach_libcuda(self, path, dev, ino)
+    }
+    fn inflight_cuinit(&self) -> Result<Vec<(u32, InflightCuinit)>> {
+        Kernel::inflight_cuinit(self)
+    }
+    fn inflight_ioctls(&self) -> Result<Vec<(u32, InflightIoctl)>> {
+        Kernel::inflight_ioctls(self)
+    }
+    fn forget_thread(&mut self, tid: u32) {
+        Kernel::forget_thread(self, tid)
+    }
+    fn counters(&self) -> Result<[u64; counter::COUNT as usize]> {
+        Kernel::counters(self)
+    }
+    fn refresh_module(&mut self) -> Option<bool> {
+        Kernel::refresh_module(self)
+    }
+    fn sweep(&mut self, alive: &dyn Fn(u32) -> bool) -> Result<usize> {
+        Kernel::sweep(self, alive)
+    }
+    fn seed_fd(&mut self, tgid: u32, fd: u32, node: u8, minor: u8, cloexec: bool) -> Result<()> {
+        Kernel::seed_fd(self, tgid, fd, node, minor, cloexec)
+    }
+    fn seed_inflight_ioctl(&mut self, tid: u32, e: InflightIoctl) -> Result<()> {
+        Kernel::seed_inflight_ioctl(self, tid, e)
+    }
+}

@@ -1,0 +1,571 @@
+//! The observer's handlers without root: kernel records go in, the events every listener
+//! gets come out (recorded), over a stand-in kernel side whose in-flight maps the tests set,
+//! a procfs-like tree for the processes, and the motivating incident's machine as the facts
+//! (`testbed/fixtures/incident-host`).
+
+use std::{
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use anyhow::Result;
+use uvmwatch_common::{
+    counter, node, result, CuinitEvent, EventHeader, InflightCuinit, InflightIoctl, IoctlEvent,
+    KfuncEvent, OpenEvent, TaskEvent, DIED_IN_CUINIT, DIED_IN_IOCTL, EVENT_CUINIT_ENTER,
+    EVENT_CUINIT_EXIT, EVENT_DIED_IN_CALL, EVENT_EXEC, EVENT_IOCTL, EVENT_KFUNC, EVENT_OPEN,
+    IOCTL_FAILED, IOCTL_IN_CUINIT, OPEN_IN_CUINIT, OPEN_LIBCUDA,
+};
+
+use super::{diagnosis::FactsFrom, KernelSide, Observer, RunConfig};
+use crate::{
+    clock,
+    decode::record::Record,
+    event::{CallKind, Event, Kind, Listener, StallOutcome, Trigger},
+    kernel::registry::{self, Attach, ProbeSpec, ProbeState},
+};
+
+const PID: u32 = 4242;
+const S: u64 = 1_000_000_000;
+const MS: u64 = 1_000_000;
+
+/// The kernel side: in-flight maps the test fills, attaches that always work.
+#[derive(Default)]
+struct FakeKernel {
+    cuinit: Vec<(u32, InflightCuinit)>,
+    ioctls: Vec<(u32, InflightIoctl)>,
+    attached: Vec<PathBuf>,
+    forgotten: Vec<u32>,
+    drops: u64,
+}
+
+impl KernelSide for FakeKernel {
+    fn probe_states(&self) -> Vec<(ProbeSpec, ProbeState)> {
+        registry::all()
+            .into_iter()
+            .map(|s| {
+                let st = match s.attach {
+                    Attach::Kprobe { .. } => ProbeState::Unavailable("no kprobes here".into()),
+                    Attach::Uprobe { .. } if self.attached.is_empty() => {
+                        ProbeState::Waiting("no libcuda found yet".into())
+                    }
+                    _ => ProbeState::Attached(1),
+                };
+                (s, st)
+            })
+            .collect()
+    }
+    fn libcuda_targets(&self) -> usize {
+        self.attached.len()
+    }
+    fn attach_libcuda(&mut self, path: &Path, _dev: u64, _ino: u64) -> Result<()> {
+        self.attached.push(path.to_path_buf());
+        Ok(())
+    }
+    fn inflight_cuinit(&self) -> Result<Vec<(u32, InflightCuinit)>> {
+        Ok(self.cuinit.clone())
+    }
+    fn inflight_ioctls(&self) -> Result<Vec<(u32, InflightIoctl)>> {
+        Ok(self.ioctls.clone())
+    }
+    fn forget_thread(&mut self, tid: u32) {
+        self.forgotten.push(tid);
+        self.cuinit.retain(|(t, _)| *t != tid);
+        self.ioctls.retain(|(t, _)| *t != tid);
+    }
+    fn counters(&self) -> Result<[u64; counter::COUNT as usize]> {
+        let mut c = [0; counter::COUNT as usize];
+        c[counter::RINGBUF_DROPS as usize] = self.drops;
+        Ok(c)
+    }
+    fn refresh_module(&mut self) -> Option<bool> {
+        None
+    }
+    fn sweep(&mut self, _alive: &dyn Fn(u32) -> bool) -> Result<usize> {
+        Ok(0)
+    }
+    fn seed_fd(&mut self, _: u32, _: u32, _: u8, _: u8, _: bool) -> Result<()> {
+        Ok(())
+    }
+    fn seed_inflight_ioctl(&mut self, tid: u32, e: InflightIoctl) -> Result<()> {
+        self.ioctls.push((tid, e));
+        Ok(())
+    }
+}
+
+/// Keeps every event it gets.
+#[derive(Clone, Default)]
+struct Recording(Arc<Mutex<Vec<Arc<Event>>>>);
+
+impl Listener for Recording {
+    fn event(&mut self, ev: &Arc<Event>) {
+        self.0.lock().unwrap().push(ev.clone());
+    }
+}
+
+impl Recording {
+    /// The events so far, emptied.
+    fn take(&self) -> Vec<Arc<Event>> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+/// A procfs-like tree: pid 4242 (`cuda-workload`, pid 7 in its namespace) sleeping in
+/// `uvm_gpu_retain_by_uuid`.
+fn fake_proc() -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join(PID.to_string());
+    let task = d.join("task").join(PID.to_string());
+    std::fs::create_dir_all(&task).unwrap();
+    std::fs::write(d.join("cmdline"), "./cuda-workload\0--wait-ms\01500\0").unwrap();
+    std::fs::write(d.join("status"), "Name:\tcuda-workload\nNSpid:\t4242\t7\n").unwrap();
+    std::fs::write(d.join("stat"), "4242 (cuda-workload) D 1 1 1").unwrap();
+    std::fs::write(task.join("stat"), "4242 (cuda-workload) D 1 1 1").unwrap();
+    std::fs::write(task.join("wchan"), "uvm_gpu_retain_by_uuid").unwrap();
+    std::fs::write(
+        task.join("stack"),
+        "[<0>] uvm_gpu_retain_by_uuid+0x1c/0x90 [nvidia_uvm]\n[<0>] uvm_api_register_gpu+0x40/0x120 [nvidia_uvm]\n",
+    )
+    .unwrap();
+    t
+}
+
+fn incident_host() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testbed/fixtures/incident-host")
+}
+
+/// An observer over the stand-in, with thresholds 3 s (`cuInit`) and 2 s (ioctls), and the
+/// incident's facts; started, with its start-up events taken.
+fn observer(proc_root: &Path) -> (Observer<FakeKernel>, Recording) {
+    let cfg = RunConfig {
+        cuinit_stall: Duration::from_secs(3),
+        ioctl_stall: Duration::from_secs(2),
+        proc_root: proc_root.to_path_buf(),
+        proc_scan: false,
+        facts: Some(FactsFrom::Snapshot(incident_host())),
+        ..RunConfig::new()
+    };
+    let mut o = Observer::over(cfg, FakeKernel::default()).unwrap();
+    // No host libcuda discovery in unit tests: nothing under the fake proc root's host.
+    let rec = Recording::default();
+    o.start(vec![Box::new(rec.clone())], "none");
+    rec.take();
+    (o, rec)
+}
+
+fn header(kind: u32, tid: u32, ts_ns: u64) -> EventHeader {
+    let mut comm = [0u8; 16];
+    comm[..13].copy_from_slice(b"cuda-workload");
+    EventHeader {
+        kind,
+        tgid: PID,
+        tid,
+        ts_ns,
+        comm,
+        ..EventHeader::default()
+    }
+}
+
+fn cuinit_enter(tid: u32, t: u64) -> Record {
+    Record::CuinitEnter(CuinitEvent {
+        header: header(EVENT_CUINIT_ENTER, tid, t),
+        start_ns: t,
+        entry_seen: 1,
+        ..CuinitEvent::default()
+    })
+}
+
+fn cuinit_exit(tid: u32, start: u64, end: u64, ret: i64) -> Record {
+    Record::CuinitExit(CuinitEvent {
+        header: header(EVENT_CUINIT_EXIT, tid, end),
+        start_ns: start,
+        ret,
+        entry_seen: 1,
+        ..CuinitEvent::default()
+    })
+}
+
+/// An ioctl on `/dev/nvidia-uvm` inside `cuInit`, with its `rmStatus`.
+fn uvm_ioctl(tid: u32, cmd: u32, start: u64, end: u64, status: u32) -> Record {
+    Record::Ioctl(IoctlEvent {
+        header: header(EVENT_IOCTL, tid, end),
+        start_ns: start,
+        cmd,
+        status,
+        result_kind: result::NV_STATUS,
+        node: node::UVM,
+        flags: IOCTL_IN_CUINIT | if status != 0 { IOCTL_FAILED } else { 0 },
+        ..IoctlEvent::default()
+    })
+}
+
+fn open(tid: u32, path: &str, t: u64, ret: i64, flags: u32) -> Record {
+    let mut o = OpenEvent {
+        header: header(EVENT_OPEN, tid, t + 1000),
+        start_ns: t,
+        ret,
+        flags,
+        node: node::UVM,
+        ..OpenEvent::default()
+    };
+    o.path[..path.len()].copy_from_slice(path.as_bytes());
+    Record::Open(o)
+}
+
+fn kinds(evs: &[Arc<Event>]) -> Vec<String> {
+    evs.iter()
+        .map(|e| {
+            let k = format!("{:?}", e.kind);
+            k.split(['(', ' ', '{']).next().unwrap().to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn a_failed_cuinit_carries_what_it_did_and_its_diagnosis_then_its_findings() {
+    let root = fake_proc();
+    let (mut o, rec) = observer(root.path());
+    let t = clock::monotonic_ns();
+    o.handle(cuinit_enter(PID, t));
+    o.handle(open(PID, "/dev/nvidia-uvm", t + MS, 3, OPEN_IN_CUINIT));
+    o.handle(uvm_ioctl(PID, 0x3000_0001, t + 2 * MS, t + 3 * MS, 0));
+    o.handle(uvm_ioctl(PID, 0x25, t + 4 * MS, t + 5 * MS, 0x51));
+    o.handle(cuinit_exit(PID, t, t + 6 * MS, 3));
+    let evs = rec.take();
+    assert_eq!(
+        kinds(&evs)[..5],
+        ["CuinitStart", "Open", "Ioctl", "Ioctl", "CuinitEnd"]
+    );
+    // Identity read once, shared by every event of the process.
+    let p = evs[0].process.clone().unwrap();
+    assert_eq!(
+        (p.pid, p.ns_pid, p.comm.as_str()),
+        (PID, Some(7), "cuda-workload")
+    );
+    assert!(evs[..5]
+        .iter()
+        .all(|e| Arc::ptr_eq(e.process.as_ref().unwrap(), &p)));
+    let Kind::Ioctl(io) = &evs[3].kind else {
+        panic!()
+    };
+    assert_eq!(
+        (io.name.as_str(), io.node.as_str(), io.result.as_str()),
+        ("UVM_REGISTER_GPU", "/dev/nvidia-uvm", "NV_ERR_NO_MEMORY")
+    );
+    assert!(io.failed && io.in_cuinit);
+    let Kind::CuinitEnd(end) = &evs[4].kind else {
+        panic!()
+    };
+    assert_eq!(end.result, "CUDA_ERROR_NOT_INITIALIZED");
+    assert_eq!((end.call.driver_calls, end.call.device_opens), (2, 1));
+    assert_eq!(
+        end.call.last_failure,
+        Some((
+            "UVM_REGISTER_GPU on /dev/nvidia-uvm".into(),
+            "NV_ERR_NO_MEMORY".into()
+        ))
+    );
+    // The incident's machine: the HMM set-up, critical, first.
+    assert_eq!(end.findings[0].rule, "hmm_setup_failure");
+    // Then one event per finding, the same findings, then the active set.
+    let after: Vec<&Arc<Event>> = evs[5..].iter().collect();
+    assert_eq!(after.len(), end.findings.len() + 1, "{:?}", kinds(&evs));
+    for (ev, f) in after.iter().zip(&end.findings) {
+        let Kind::Diagnosis(d) = &ev.kind else {
+            panic!("{:?}", ev.kind)
+        };
+        assert!(Arc::ptr_eq(&d.finding, f));
+        assert_eq!(d.trigger, Trigger::CuinitEnd);
+        assert_eq!(ev.pid(), Some(PID));
+    }
+    let Kind::ActiveFindings(a) = &after.last().unwrap().kind else {
+        panic!()
+    };
+    assert!(a.active.iter().any(|(r, _)| r == "hmm_setup_failure"));
+}
+
+#[test]
+fn a_failed_open_is_judged_and_a_good_one_is_not() {
+    let root = fake_proc();
+    let (mut o, rec) = observer(root.path());
+    let t = clock::monotonic_ns();
+    o.handle(open(PID, "/dev/nvidia-uvm", t, 5, 0));
+    o.handle(open(PID, "/dev/nvidia-uvm", t, -2, 0));
+    let evs = rec.take();
+    let Kind::Open(good) = &evs[0].kind else {
+        panic!()
+    };
+    assert!(good.errno.is_none() && good.findings.is_empty());
+    let Kind::Open(bad) = &evs[1].kind else {
+        panic!()
+    };
+    assert_eq!(bad.errno.as_deref(), Some("ENOENT"));
+    assert_eq!(bad.node, "nvidia-uvm");
+    assert_eq!(bad.findings[0].rule, "node_or_module_missing");
+    assert!(matches!(
+        &evs[2].kind,
+        Kind::Diagnosis(d) if d.trigger == Trigger::DeviceOpenFailed
+    ));
+}
+
+#[test]
+fn a_stall_is_reported_once_with_its_thread_and_ends_when_the_call_returns() {
+    let root = fake_proc();
+    let (mut o, rec) = observer(root.path());
+    let now = clock::monotonic_ns();
+    let (cu_start, io_start) = (now - 3 * S - 10 * MS, now - 2 * S - 20 * MS);
+    o.handle(cuinit_enter(PID, cu_start));
+    {
+        let mut k = o.kernel();
+        k.cuinit.push((
+            PID,
+            InflightCuinit {
+                start_ns: cu_start,
+                tgid: PID,
+                flags: 0,
+            },
+        ));
+        k.ioctls.push((
+            PID,
+            InflightIoctl {
+                start_ns: io_start,
+                tgid: PID,
+                cmd: 0x25,
+                node: node::UVM,
+                ..InflightIoctl::default()
+            },
+        ));
+    }
+    rec.take();
+    o.scan();
+    o.scan();
+    let evs = rec.take();
+    let stalls: Vec<_> = evs
+        .iter()
+        .filter_map(|e| match &e.kind {
+            Kind::Stall(s) => Some((e, s)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stalls.len(), 2, "once each: {:?}", kinds(&evs));
+    let (ev, cu) = stalls
+        .iter()
+        .find(|(_, s)| s.kind == CallKind::Cuinit)
+        .unwrap();
+    assert_eq!(cu.call, "cuInit");
+    let inside = cu.inside.as_ref().unwrap();
+    assert_eq!(inside.text(), "UVM_REGISTER_GPU on /dev/nvidia-uvm");
+    assert_eq!(cu.node, "/dev/nvidia-uvm");
+    assert_eq!(cu.thread.state, "D (disk sleep)");
+    assert_eq!(cu.thread.wchan, "uvm_gpu_retain_by_uuid");
+    assert_eq!(cu.thread.stack[0], "uvm_gpu_retain_by_uuid");
+    assert!(cu.age_ns(ev.ts_ns) >= 3 * S);
+    assert!(cu.call_so_far.is_some(), "its cuInit was seen starting");
+    assert!(cu.findings.iter().any(|f| f.rule == "hmm_setup_failure"));
+    let (_, io) = stalls
+        .iter()
+        .find(|(_, s)| s.kind == CallKind::Ioctl)
+        .unwrap();
+    assert_eq!(
+        (io.call.as_str(), io.label.as_str()),
+        ("UVM_REGISTER_GPU", "UVM_REGISTER_GPU")
+    );
+    // The scan's figures go out on every pass.
+    assert_eq!(
+        evs.iter()
+            .filter(|e| matches!(&e.kind, Kind::Scan(s) if s.cuinit_in_flight == 1))
+            .count(),
+        2
+    );
+    // The ioctl returns: its stall ends with its result, then the call itself is reported.
+    o.kernel().ioctls.clear();
+    o.handle(uvm_ioctl(PID, 0x25, io_start, now + S, 0));
+    let evs = rec.take();
+    assert_eq!(kinds(&evs), ["StallEnd", "Ioctl"]);
+    let Kind::StallEnd(end) = &evs[0].kind else {
+        panic!()
+    };
+    assert_eq!(end.outcome, StallOutcome::Returned);
+    assert_eq!(end.result.as_deref(), Some("NV_OK"));
+    assert_eq!(end.node.as_deref(), Some("/dev/nvidia-uvm"));
+    // The cuInit leaves the kernel's map with no exit record: ended after two scans.
+    o.kernel().cuinit.clear();
+    o.scan();
+    assert!(!kinds(&rec.take()).contains(&"StallEnd".to_string()));
+    o.scan();
+    let evs = rec.take();
+    let end = evs
+        .iter()
+        .find_map(|e| match &e.kind {
+            Kind::StallEnd(s) => Some(s),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        (end.call.as_str(), end.outcome),
+        ("cuInit", StallOutcome::Ended)
+    );
+}
+
+#[test]
+fn a_thread_dying_in_a_stalled_call_ends_the_stall_and_counts_its_cuinit() {
+    let root = fake_proc();
+    let (mut o, rec) = observer(root.path());
+    let now = clock::monotonic_ns();
+    let start = now - 4 * S;
+    o.handle(cuinit_enter(PID, start));
+    o.kernel().cuinit.push((
+        PID,
+        InflightCuinit {
+            start_ns: start,
+            tgid: PID,
+            flags: 0,
+        },
+    ));
+    o.scan();
+    o.kernel().cuinit.clear();
+    rec.take();
+    o.handle(Record::DiedInCall(TaskEvent {
+        header: header(EVENT_DIED_IN_CALL, PID, now),
+        what: DIED_IN_CUINIT | DIED_IN_IOCTL,
+        aux: 0x25,
+        node: node::UVM,
+        ..TaskEvent::default()
+    }));
+    let evs = rec.take();
+    assert_eq!(kinds(&evs), ["StallEnd", "DiedInCall"]);
+    let Kind::StallEnd(end) = &evs[0].kind else {
+        panic!()
+    };
+    assert_eq!(end.outcome, StallOutcome::ThreadExited);
+    let Kind::DiedInCall(d) = &evs[1].kind else {
+        panic!()
+    };
+    assert_eq!(d.calls, ["cuInit", "UVM_REGISTER_GPU"]);
+    assert!(d.cuinit_seen);
+}
+
+#[test]
+fn a_child_forked_after_its_parent_initialised_is_flagged() {
+    let root = fake_proc();
+    let (mut o, rec) = observer(root.path());
+    let t = clock::monotonic_ns();
+    o.handle(cuinit_enter(PID, t));
+    o.handle(cuinit_exit(PID, t, t + MS, 0));
+    let child = |kind, ts, ret| {
+        let mut h = header(kind, 5000, ts);
+        h.tgid = 5000;
+        CuinitEvent {
+            header: h,
+            start_ns: t + 2 * MS,
+            ret,
+            entry_seen: 1,
+            forked_from: PID,
+            ..CuinitEvent::default()
+        }
+    };
+    o.handle(Record::CuinitEnter(child(
+        EVENT_CUINIT_ENTER,
+        t + 2 * MS,
+        0,
+    )));
+    o.handle(Record::CuinitExit(child(EVENT_CUINIT_EXIT, t + 3 * MS, 3)));
+    let evs = rec.take();
+    let ends: Vec<_> = evs
+        .iter()
+        .filter_map(|e| match &e.kind {
+            Kind::CuinitEnd(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    assert!(!ends[0].call.forked_after_parent_init);
+    assert!(ends[1].call.forked_after_parent_init);
+    assert!(ends[1].findings.iter().any(|f| f.rule == "fork_after_init"));
+    // After the parent execs a new image, its children are no longer "forked after init".
+    o.handle(Record::Exec(TaskEvent {
+        header: header(EVENT_EXEC, PID, t + 4 * MS),
+        ..TaskEvent::default()
+    }));
+    o.handle(Record::CuinitEnter(child(
+        EVENT_CUINIT_ENTER,
+        t + 5 * MS,
+        0,
+    )));
+    o.handle(Record::CuinitExit(child(EVENT_CUINIT_EXIT, t + 6 * MS, 3)));
+    let last = rec
+        .take()
+        .into_iter()
+        .filter_map(|e| match &e.kind {
+            Kind::CuinitEnd(c) => Some(c.clone()),
+            _ => None,
+        })
+        .next_back()
+        .unwrap();
+    assert!(!last.call.forked_after_parent_init);
+}
+
+#[test]
+fn a_kernel_signal_is_kept_with_the_threads_cuinit() {
+    let root = fake_proc();
+    let (mut o, rec) = observer(root.path());
+    let t = clock::monotonic_ns();
+    o.handle(cuinit_enter(PID, t));
+    o.handle(Record::Kfunc(KfuncEvent {
+        header: header(EVENT_KFUNC, PID, t + MS),
+        start_ns: t,
+        ret: -34,
+        func: uvmwatch_common::kfunc::REQUEST_FREE_MEM_REGION,
+        code: 34,
+        kind: result::ERRNO,
+        in_uvm_ioctl: 1,
+        ..KfuncEvent::default()
+    }));
+    o.handle(cuinit_exit(PID, t, t + 2 * MS, 3));
+    let evs = rec.take();
+    let Kind::KernelSignal(s) = &evs[1].kind else {
+        panic!()
+    };
+    assert_eq!(s.text(), "request_free_mem_region = -34 (ERANGE)");
+    let Kind::CuinitEnd(end) = &evs[2].kind else {
+        panic!()
+    };
+    assert_eq!(
+        end.call.kernel_signals,
+        ["request_free_mem_region = -34 (ERANGE)"]
+    );
+    assert_eq!(end.findings[0].rule, "hmm_setup_failure");
+}
+
+#[test]
+fn a_libcuda_a_process_opens_gets_probed() {
+    let root = fake_proc();
+    let (mut o, rec) = observer(root.path());
+    // The library inside the process's root: `<proc>/4242/root/...`.
+    let lib_dir = root.path().join("4242/root/usr/lib");
+    std::fs::create_dir_all(&lib_dir).unwrap();
+    std::fs::write(
+        lib_dir.join("libcuda.so.1"),
+        b"not an ELF, the stand-in attaches anyway",
+    )
+    .unwrap();
+    o.handle(open(
+        PID,
+        "/usr/lib/libcuda.so.1",
+        clock::monotonic_ns(),
+        5,
+        OPEN_LIBCUDA,
+    ));
+    let evs = rec.take();
+    assert_eq!(kinds(&evs), ["LibcudaAttached", "ProbesChanged"], "{evs:?}");
+    let Kind::LibcudaAttached { path, .. } = &evs[0].kind else {
+        panic!()
+    };
+    assert_eq!(path, "/usr/lib/libcuda.so.1");
+    let Kind::ProbesChanged {
+        libcuda_targets, ..
+    } = &evs[1].kind
+    else {
+        panic!()
+    };
+    assert_eq!(*libcuda_targets, 1);
+}
