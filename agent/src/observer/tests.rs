@@ -117,7 +117,7 @@ fn fake_proc() -> tempfile::TempDir {
     let d = t.path().join(PID.to_string());
     let task = d.join("task").join(PID.to_string());
     std::fs::create_dir_all(&task).unwrap();
-    std::fs::write(d.join("cmdline"), "./cuda-workload\0--wait-ms\01500\0").unwrap();
+    std::fs::write(d.join("cmdline"), "./cuda-workload\0--wait-ms\0\x31500\0").unwrap();
     std::fs::write(d.join("status"), "Name:\tcuda-workload\nNSpid:\t4242\t7\n").unwrap();
     std::fs::write(d.join("stat"), "4242 (cuda-workload) D 1 1 1").unwrap();
     std::fs::write(task.join("stat"), "4242 (cuda-workload) D 1 1 1").unwrap();
