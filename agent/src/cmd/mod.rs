@@ -60,6 +60,13 @@ enum Cmd {
     Annotate(annotate::AnnotateArgs),
     /// Print the metrics reference (Markdown) generated from the code.
     MetricsDoc,
+    /// Internal: print the probe table of docs/probes.md generated from the registry, or
+    /// rewrite it in FILE (`--update docs/probes.md`).
+    #[command(name = "probes-doc", hide = true)]
+    ProbesDoc {
+        #[arg(long, value_name = "FILE")]
+        update: Option<PathBuf>,
+    },
     /// Internal: dlopen LIB and call cuInit(0) (used by `doctor --probe`).
     #[command(name = "__cuinit-child", hide = true)]
     CuinitChild { lib: PathBuf },
@@ -129,6 +136,7 @@ pub fn main() -> ExitCode {
         Cmd::Capture(a) => capture::capture(a),
         Cmd::Annotate(a) => annotate::annotate(a),
         Cmd::CuinitChild { lib } => Ok(ExitCode::from(crate::doctor::probe::cuinit_child(&lib))),
+        Cmd::ProbesDoc { update } => probes::probes_doc(update),
         Cmd::MetricsDoc => {
             print!("{}", crate::export::metrics::reference_markdown());
             Ok(ExitCode::SUCCESS)
