@@ -333,30 +333,113 @@ impl fmt::Display for ProbeState {
     }
 }
 
-/// Renders the `uvmwatch probes` table.
+/// Renders the `uvmwatch probes` table: one row per probe that is attached or required, then
+/// the others grouped by state, one line per distinct reason followed by the probes it applies
+/// to, listed compactly (`kprobe+kretprobe: a, b` for both probes of functions `a` and `b`).
 pub fn render_table(rows: &[(ProbeSpec, ProbeState)]) -> String {
-    let mut out = String::new();
-    let w = rows
+    let (listed, rest): (Vec<_>, Vec<_>) = rows
         .iter()
-        .map(|(s, _)| s.label.len())
-        .max()
-        .unwrap_or(5)
-        .max(5);
-    out.push_str(&format!(
-        "{:<w$}  {:<10}  {:<8}  {}\n",
-        "PROBE", "KIND", "REQUIRED", "STATE"
-    ));
-    for (s, st) in rows {
+        .partition(|(s, st)| s.required || st.gauge() == 1);
+    let mut out = String::new();
+    if !listed.is_empty() {
+        let w = listed
+            .iter()
+            .map(|(s, _)| s.label.len())
+            .max()
+            .unwrap_or(5)
+            .max(5);
         out.push_str(&format!(
-            "{:<w$}  {:<10}  {:<8}  {}  [{}]\n",
-            s.label,
-            s.attach.kind(),
-            if s.required { "yes" } else { "no" },
-            st,
-            s.purpose
+            "{:<w$}  {:<10}  {:<8}  {}\n",
+            "PROBE", "KIND", "REQUIRED", "STATE"
         ));
+        for (s, st) in &listed {
+            out.push_str(&format!(
+                "{:<w$}  {:<10}  {:<8}  {}  [{}]\n",
+                s.label,
+                s.attach.kind(),
+                if s.required { "yes" } else { "no" },
+                st,
+                s.purpose
+            ));
+        }
+    }
+    if rest.is_empty() {
+        return out;
+    }
+    if !out.is_empty() {
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "not attached: {} of {} probes, by reason\n",
+        rest.len(),
+        rows.len()
+    ));
+    let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
+    for (s, st) in &rest {
+        let reason = st.to_string();
+        match groups.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, labels)) => labels.push(s.label),
+            None => groups.push((reason, vec![s.label])),
+        }
+    }
+    for (reason, labels) in &groups {
+        out.push_str(&format!("  {reason}\n"));
+        for (kinds, targets) in compact_labels(labels) {
+            push_wrapped(&mut out, &kinds, &targets);
+        }
     }
     out
+}
+
+/// Labels (`kind:target`) as `(kinds, targets)` lines: a kprobe and a kretprobe (or a uprobe
+/// and a uretprobe) on the same target become one `kprobe+kretprobe` entry.
+fn compact_labels<'a>(labels: &[&'a str]) -> Vec<(String, Vec<&'a str>)> {
+    let split: Vec<(&str, &str)> = labels
+        .iter()
+        .map(|l| l.split_once(':').unwrap_or(("", l)))
+        .collect();
+    let mut out: Vec<(String, Vec<&str>)> = Vec::new();
+    for &(kind, target) in &split {
+        let (entry, ret) = match kind {
+            "kprobe" | "kretprobe" => ("kprobe", "kretprobe"),
+            "uprobe" | "uretprobe" => ("uprobe", "uretprobe"),
+            _ => (kind, ""),
+        };
+        let paired =
+            !ret.is_empty() && split.contains(&(entry, target)) && split.contains(&(ret, target));
+        if paired && kind == ret {
+            continue; // listed with its entry probe
+        }
+        let kinds = if paired {
+            format!("{entry}+{ret}")
+        } else {
+            kind.to_string()
+        };
+        match out.iter_mut().find(|(k, _)| *k == kinds) {
+            Some((_, targets)) => targets.push(target),
+            None => out.push((kinds, vec![target])),
+        }
+    }
+    out
+}
+
+/// Appends `    kinds: a, b, c` wrapped at 100 columns (continuations indented further).
+fn push_wrapped(out: &mut String, kinds: &str, targets: &[&str]) {
+    const WIDTH: usize = 100;
+    let mut line = format!("    {kinds}:");
+    for (i, t) in targets.iter().enumerate() {
+        let sep = if i + 1 < targets.len() { "," } else { "" };
+        if i > 0 && line.len() + 1 + t.len() + sep.len() > WIDTH {
+            out.push_str(&line);
+            out.push('\n');
+            line = String::from("     ");
+        }
+        line.push(' ');
+        line.push_str(t);
+        line.push_str(sep);
+    }
+    out.push_str(&line);
+    out.push('\n');
 }
 
 /// First and last line of the generated probe table in `docs/probes.md`.
@@ -476,20 +559,88 @@ mod tests {
         assert!(REGISTRY.iter().filter(|p| p.required).count() >= 4);
     }
 
+    fn spec(label: &str) -> ProbeSpec {
+        all().into_iter().find(|p| p.label == label).unwrap()
+    }
+
     #[test]
-    fn table_lists_reasons() {
-        let rows = vec![
+    fn table_lists_attached_and_required_and_groups_the_rest() {
+        let no_kprobes = ProbeState::Unavailable("kprobes not supported by this kernel".into());
+        let mut rows = vec![
             (REGISTRY[0], ProbeState::Attached(1)),
-            (REGISTRY[16], ProbeState::Waiting("no libcuda found".into())),
             (
-                REGISTRY[13],
+                spec("syscalls:sys_exit_ioctl"),
                 ProbeState::Unavailable("tracefs not mounted".into()),
             ),
+            (
+                spec("sched:sched_process_fork"),
+                ProbeState::Unavailable("tracefs not mounted".into()),
+            ),
+            (
+                spec("uprobe:cuInit"),
+                ProbeState::Waiting("no libcuda found".into()),
+            ),
+            (
+                spec("uretprobe:cuInit"),
+                ProbeState::Waiting("no libcuda found".into()),
+            ),
+            (spec("kprobe:hmm_range_fault"), ProbeState::Attached(1)),
         ];
+        for k in KFUNCS {
+            for p in k.probes {
+                if p.label != "kprobe:hmm_range_fault" {
+                    rows.push((p, no_kprobes.clone()));
+                }
+            }
+        }
         let t = render_table(&rows);
-        assert!(t.contains("syscalls:sys_enter_openat"));
-        assert!(t.contains("waiting: no libcuda found"));
-        assert!(t.contains("unavailable: tracefs not mounted"));
+        let lines: Vec<&str> = t.lines().collect();
+        // Rows: the attached ones and the required one that is not.
+        assert!(lines[0].starts_with("PROBE "), "{t}");
+        assert!(
+            lines[1].starts_with("syscalls:sys_enter_openat ") && lines[1].contains(" attached ")
+        );
+        assert!(
+            lines[2].starts_with("syscalls:sys_exit_ioctl ")
+                && lines[2].contains("unavailable: tracefs not mounted")
+        );
+        assert!(lines[3].starts_with("kprobe:hmm_range_fault ") && lines[3].contains(" kprobe "));
+        assert_eq!(lines[4], "");
+        assert_eq!(
+            lines[5],
+            format!(
+                "not attached: {} of {} probes, by reason",
+                rows.len() - 3,
+                rows.len()
+            )
+        );
+        // One line per reason, then the probes it applies to.
+        assert_eq!(lines[6], "  unavailable: tracefs not mounted");
+        assert_eq!(lines[7], "    sched: sched_process_fork");
+        assert_eq!(lines[8], "  waiting: no libcuda found");
+        assert_eq!(lines[9], "    uprobe+uretprobe: cuInit");
+        assert_eq!(
+            lines[10],
+            "  unavailable: kprobes not supported by this kernel"
+        );
+        assert!(
+            lines[11].starts_with("    kprobe+kretprobe: request_free_mem_region, memremap_pages,"),
+            "{t}"
+        );
+        assert!(t.contains("    kretprobe: hmm_range_fault\n"), "{t}");
+        assert_eq!(t.matches("kprobes not supported").count(), 1, "{t}");
+        for l in &lines {
+            assert!(l.len() <= 100 || !l.starts_with("    "), "too long: {l}");
+        }
+        for k in KFUNCS.iter().filter(|k| k.symbol != "hmm_range_fault") {
+            assert_eq!(
+                t.matches(&format!(" {},", k.symbol)).count()
+                    + t.matches(&format!(" {}\n", k.symbol)).count(),
+                1,
+                "{}: {t}",
+                k.symbol
+            );
+        }
         assert_eq!(ProbeState::Attached(2).gauge(), 1);
         assert_eq!(ProbeState::Waiting(String::new()).gauge(), 0);
     }
