@@ -1,6 +1,6 @@
 //! Builds the kernel programs (`agent-ebpf`) for `bpfel-unknown-none` with the pinned nightly
 //! toolchain and bpf-linker, and leaves the object in `OUT_DIR/uvmwatch-ebpf` for
-//! `include_bytes_aligned!` in `src/kernel.rs`.
+//! `include_bytes_aligned!` in `src/kernel/mod.rs`.
 
 /// Nightly used for the eBPF crate (needs `rust-src`; see shared/reference/toolchain.md).
 const EBPF_TOOLCHAIN: &str = "nightly-2026-05-20";

@@ -491,58 +491,7 @@ pub const DIED_IN_IOCTL: u32 = 2;
 /// HMM set-up allocators, failed inside a UVM ioctl).
 pub const EVENT_KFUNC: u32 = 9;
 
-/// Kernel and driver functions probed with kprobe/kretprobe pairs. The number is the index
-/// in the `KF_HIST` array and the `func` of [`KfKey`], [`KfResultKey`] and [`KfuncEvent`];
-/// never reuse one. Names and return types: `nvidia-uvm.md` (NVIDIA open-gpu-kernel-modules
-/// `kernel-open/nvidia-uvm/`, 535..595) and the kernel's `mm/memremap.c`, `mm/hmm.c`,
-/// `mm/migrate_device.c`, `kernel/resource.c`.
-pub mod kfunc {
-    /// `request_free_mem_region()` (returns `struct resource *` or `ERR_PTR`), counted only
-    /// inside a UVM ioctl.
-    pub const REQUEST_FREE_MEM_REGION: u32 = 0;
-    /// `memremap_pages()` (returns `void *` or `ERR_PTR`), counted only inside a UVM ioctl.
-    pub const MEMREMAP_PAGES: u32 = 1;
-    /// `uvm_api_register_gpu()` (returns `NV_STATUS`).
-    pub const UVM_API_REGISTER_GPU: u32 = 2;
-    /// `uvm_va_space_register_gpu()` (returns `NV_STATUS`).
-    pub const UVM_VA_SPACE_REGISTER_GPU: u32 = 3;
-    /// `uvm_gpu_retain_by_uuid()` (returns `NV_STATUS`; takes the global UVM lock).
-    pub const UVM_GPU_RETAIN_BY_UUID: u32 = 4;
-    /// `uvm_hmm_va_block_service_locked()` (returns `NV_STATUS`): an HMM fault.
-    pub const UVM_HMM_VA_BLOCK_SERVICE_LOCKED: u32 = 5;
-    /// `hmm_range_fault()` (returns 0 or `-errno`).
-    pub const HMM_RANGE_FAULT: u32 = 6;
-    /// `migrate_vma_setup()` (returns 0 or `-errno`).
-    pub const MIGRATE_VMA_SETUP: u32 = 7;
-    /// `migrate_vma_pages()` (void).
-    pub const MIGRATE_VMA_PAGES: u32 = 8;
-    /// `migrate_vma_finalize()` (void).
-    pub const MIGRATE_VMA_FINALIZE: u32 = 9;
-    /// `uvm_hmm_migrate_ranges()` (returns `NV_STATUS`).
-    pub const UVM_HMM_MIGRATE_RANGES: u32 = 10;
-    /// `uvm_parent_gpu_service_replayable_faults()` (void; 560+).
-    pub const PARENT_GPU_SERVICE_REPLAYABLE: u32 = 11;
-    /// `uvm_parent_gpu_service_non_replayable_fault_buffer()` (void; 560+).
-    pub const PARENT_GPU_SERVICE_NON_REPLAYABLE: u32 = 12;
-    /// `uvm_gpu_service_replayable_faults()` (void; 535/550 name).
-    pub const GPU_SERVICE_REPLAYABLE: u32 = 13;
-    /// `uvm_gpu_service_non_replayable_fault_buffer()` (void; 535/550 name).
-    pub const GPU_SERVICE_NON_REPLAYABLE: u32 = 14;
-    /// Number of functions (size of `KF_HIST`).
-    pub const COUNT: u32 = 15;
-
-    /// How a function reports failure, in [`super::KfResultKey::kind`].
-    pub mod ret {
-        /// Returns `NV_STATUS` (u32; 0 = `NV_OK`).
-        pub const NV_STATUS: u8 = 0;
-        /// Returns a pointer or `ERR_PTR(-errno)` (an error in `[-4095, -1]`).
-        pub const ERR_PTR: u8 = 1;
-        /// Returns 0 or `-errno` (int).
-        pub const ERRNO: u8 = 2;
-        /// Returns nothing: every call counts as "returned".
-        pub const VOID: u8 = 3;
-    }
-}
+pub mod kfunc;
 
 /// Key of `KF_START`: one function in progress on one thread (calls nest: the register path
 /// is `uvm_api_register_gpu` > `uvm_va_space_register_gpu` > `uvm_gpu_retain_by_uuid`).

@@ -70,34 +70,51 @@ test_module_symbols() {
 	say "kallsyms sample: $(grep -E ' (uvm_api_register_gpu|devmem_alloc_pagemap)' /tmp/module_symbols/all | one_line)"
 }
 
-# (b) `uvmwatch probes` loads and attaches for real; its table goes to the console log.
+# (b) `uvmwatch probes` loads and attaches for real; its table goes to the console log. It
+# prints a row for each attached (or required) probe, then lists the others under one line
+# per reason: "not attached: N of M probes, by reason", "  <state>: <reason>", then
+# "    <kinds>: fn, fn, ..." (a kprobe and its kretprobe as "kprobe+kretprobe:").
 test_agent_probes() {
 	uvmwatch probes --libcuda "$LIBCUDA" >/tmp/agent_probes/table 2>/tmp/agent_probes/err
 	_rc=$?
 	sed 's/^/probes| /' /tmp/agent_probes/table
 	sed 's/^/probes-stderr| /' /tmp/agent_probes/err | head -n 20
 	[ "$_rc" = 0 ] || bad "uvmwatch probes exited $_rc"
-	_n=$(grep -c " attached" /tmp/agent_probes/table)
-	_u=$(grep -c "unavailable" /tmp/agent_probes/table)
-	note "$_n attached, $_u unavailable"
+	_n=$(grep -c "  attached" /tmp/agent_probes/table)
+	_u=$(sed -n 's/^not attached: \([0-9]*\) of .*/\1/p' /tmp/agent_probes/table)
+	note "$_n attached, ${_u:-0} not attached"
 	check "cuInit uprobe not attached" grep -q "^uprobe:cuInit .* attached" /tmp/agent_probes/table
-	# Every kprobe and kretprobe of the registry attaches, except those on functions this
-	# module does not have, which must name the reason.
-	_kp=0
-	while read -r _probe _kind _req _state _rest; do
-		case "$_probe" in kprobe:* | kretprobe:*) ;; *) continue ;; esac
-		_fn=${_probe#*:}
+	# Every kprobe and kretprobe of the registry attaches (a row each), except those on
+	# functions this module does not have, which must be listed, both probes, under a reason
+	# saying why.
+	_kp=$(grep -cE "^k(ret)?probe:[^ ]+ +k(ret)?probe +no +attached" /tmp/agent_probes/table)
+	# One "<kinds>: <function>|<state>" line per function listed as not attached.
+	awk '/^not attached:/ { g = 1; next }
+		g && /^  [^ ]/ { r = substr($0, 3); next }
+		g && /^    / {
+			for (i = 1; i <= NF; i++) {
+				w = $i
+				if (w ~ /:$/) { k = w; continue }
+				sub(/,$/, "", w)
+				print k " " w "|" r
+			}
+		}' /tmp/agent_probes/table >/tmp/agent_probes/off
+	while IFS='|' read -r _what _why; do
+		_kinds=${_what%% *}
+		_fn=${_what#* }
+		case "$_kinds" in *kprobe*) ;; *) continue ;; esac
 		case " $(echo $KPROBE_ABSENT) " in
 		*" $_fn "*)
-			echo "$_state $_rest" | grep -q "not in /proc/kallsyms" ||
-				bad "$_probe: '$_state $_rest' (want: not in /proc/kallsyms)"
+			[ "$_kinds" = "kprobe+kretprobe:" ] || bad "$_fn: only '$_kinds' under '$_why'"
+			echo "$_why" | grep -q "not in /proc/kallsyms" ||
+				bad "$_kinds $_fn: '$_why' (want: not in /proc/kallsyms)"
 			;;
-		*)
-			[ "$_state" = attached ] || bad "$_probe: $_state $_rest"
-			_kp=$((_kp + 1))
-			;;
+		*) bad "$_kinds $_fn: $_why" ;;
 		esac
-	done </tmp/agent_probes/table
+	done </tmp/agent_probes/off
+	for _fn in $KPROBE_ABSENT; do
+		grep -q "probe: $_fn|" /tmp/agent_probes/off || bad "$_fn: neither attached nor listed with a reason"
+	done
 	[ "$_kp" -ge 26 ] || bad "only $_kp kprobes attached (want 26)"
 	note "$_kp kprobes attached"
 }

@@ -65,6 +65,13 @@ enum Cmd {
     /// Print the log schema (Markdown) generated from the code.
     #[command(hide = true)]
     LogSchemaDoc,
+    /// Internal: print the probe table of docs/probes.md generated from the registry, or
+    /// rewrite it in FILE (`--update docs/probes.md`).
+    #[command(name = "probes-doc", hide = true)]
+    ProbesDoc {
+        #[arg(long, value_name = "FILE")]
+        update: Option<PathBuf>,
+    },
     /// Internal: dlopen LIB and call cuInit(0) (used by `doctor --probe`).
     #[command(name = "__cuinit-child", hide = true)]
     CuinitChild { lib: PathBuf },
@@ -138,6 +145,7 @@ pub fn main() -> ExitCode {
         Cmd::Capture(a) => capture::capture(a, &global),
         Cmd::Annotate(a) => annotate::annotate(a),
         Cmd::CuinitChild { lib } => Ok(ExitCode::from(doctor::cuinit_child(&lib))),
+        Cmd::ProbesDoc { update } => probes::probes_doc(update),
         Cmd::MetricsDoc => {
             print!("{}", crate::export::metrics::reference_markdown());
             Ok(ExitCode::SUCCESS)

@@ -1,4 +1,5 @@
-//! `uvmwatch probes`: what can attach on this host, and why not.
+//! `uvmwatch probes`: what can attach on this host, and why not; and `uvmwatch probes-doc`,
+//! the probe table of `docs/probes.md`.
 
 use std::{path::PathBuf, process::ExitCode};
 
@@ -58,4 +59,24 @@ pub fn probes(libcuda: Vec<PathBuf>) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// `uvmwatch probes-doc`: prints the probe table of `docs/probes.md`, or with `update` puts it
+/// in that file in place of the one there.
+pub fn probes_doc(update: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    use anyhow::Context;
+    let Some(path) = update else {
+        print!("{}", probes::reference_table());
+        return Ok(ExitCode::SUCCESS);
+    };
+    let page =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let new = probes::with_reference_table(&page).with_context(|| {
+        format!(
+            "{}: no generated probe table (its marker lines) to replace",
+            path.display()
+        )
+    })?;
+    std::fs::write(&path, new).with_context(|| format!("writing {}", path.display()))?;
+    Ok(ExitCode::SUCCESS)
 }

@@ -25,31 +25,37 @@ pub enum Attach {
     },
 }
 
+impl Attach {
+    /// `tracepoint`, `uprobe`, `uretprobe`, `kprobe` or `kretprobe`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Attach::Tracepoint { .. } => "tracepoint",
+            Attach::Uprobe { ret: false, .. } => "uprobe",
+            Attach::Uprobe { ret: true, .. } => "uretprobe",
+            Attach::Kprobe { ret: false, .. } => "kprobe",
+            Attach::Kprobe { ret: true, .. } => "kretprobe",
+        }
+    }
+}
+
 /// The kernel module whose functions the module kprobes target.
 pub const UVM_MODULE: &str = "nvidia_uvm";
 
-/// Name of each probed kernel/driver function, indexed by its `uvmwatch_common::kfunc` id.
-pub const KFUNC_NAMES: &[&str] = &[
-    "request_free_mem_region",
-    "memremap_pages",
-    "uvm_api_register_gpu",
-    "uvm_va_space_register_gpu",
-    "uvm_gpu_retain_by_uuid",
-    "uvm_hmm_va_block_service_locked",
-    "hmm_range_fault",
-    "migrate_vma_setup",
-    "migrate_vma_pages",
-    "migrate_vma_finalize",
-    "uvm_hmm_migrate_ranges",
-    "uvm_parent_gpu_service_replayable_faults",
-    "uvm_parent_gpu_service_non_replayable_fault_buffer",
-    "uvm_gpu_service_replayable_faults",
-    "uvm_gpu_service_non_replayable_fault_buffer",
-];
-
-/// Name of a probed function by id (`unknown` when out of range).
-pub fn kfunc_name(id: u32) -> &'static str {
-    KFUNC_NAMES.get(id as usize).copied().unwrap_or("unknown")
+/// One probed kernel or driver function: a row of [`uvmwatch_common::kfuncs!`].
+#[derive(Clone, Copy, Debug)]
+pub struct Kfunc {
+    /// Its `uvmwatch_common::kfunc` id (also its index in [`KFUNCS`]).
+    pub id: u32,
+    /// Name in `/proc/kallsyms`.
+    pub symbol: &'static str,
+    /// The module it belongs to ([`UVM_MODULE`]), `None` for the core kernel.
+    pub module: Option<&'static str>,
+    /// The kernel source file, or the module and the driver versions that have it.
+    pub lives_in: &'static str,
+    /// Counted only inside an ioctl on a UVM node (`kfunc::scope::UVM_IOCTL`).
+    pub uvm_ioctl_only: bool,
+    /// The kprobe and the kretprobe.
+    pub probes: [ProbeSpec; 2],
 }
 
 const fn kp(
@@ -73,147 +79,44 @@ const fn kp(
     }
 }
 
-/// Registry entries of one kprobe/kretprobe pair.
-macro_rules! kpair {
-    ($sym:literal, $enter:literal, $exit:literal, $module:expr, $purpose:literal) => {
-        [
-            kp(
-                concat!("kprobe:", $sym),
-                $enter,
-                $sym,
-                false,
-                $module,
-                $purpose,
-            ),
-            kp(
-                concat!("kretprobe:", $sym),
-                $exit,
-                $sym,
-                true,
-                $module,
-                $purpose,
-            ),
-        ]
+/// [`KFUNCS`], from the rows of [`uvmwatch_common::kfuncs!`].
+macro_rules! kfunc_table {
+    ($(($id:ident = $n:literal, $sym:literal, $module:expr, $ret:ident, $scope:ident,
+        $enter:ident, $exit:ident, $lives:literal, $purpose:literal)),* $(,)?) => {
+        /// The kprobe part of the registry: every probed function, in id order.
+        pub const KFUNCS: &[Kfunc] = &[$(
+            Kfunc {
+                id: uvmwatch_common::kfunc::$id,
+                symbol: $sym,
+                module: $module,
+                lives_in: $lives,
+                uvm_ioctl_only: uvmwatch_common::kfunc::scope::$scope
+                    == uvmwatch_common::kfunc::scope::UVM_IOCTL,
+                probes: [
+                    kp(concat!("kprobe:", $sym), stringify!($enter), $sym, false, $module, $purpose),
+                    kp(concat!("kretprobe:", $sym), stringify!($exit), $sym, true, $module, $purpose),
+                ],
+            },
+        )*];
     };
 }
 
-const UVM: Option<&str> = Some(UVM_MODULE);
+uvmwatch_common::kfuncs!(kfunc_table);
 
-/// The kprobe part of the registry, in `uvmwatch_common::kfunc` order.
-pub const KPROBES: &[[ProbeSpec; 2]] = &[
-    kpair!(
-        "request_free_mem_region",
-        "kp_free_mem_region",
-        "krp_free_mem_region",
-        None,
-        "HMM device-memory set-up: its error (-34 ERANGE in the KASLR case) inside a UVM ioctl"
-    ),
-    kpair!(
-        "memremap_pages",
-        "kp_memremap_pages",
-        "krp_memremap_pages",
-        None,
-        "HMM device-memory set-up: its error inside a UVM ioctl"
-    ),
-    kpair!(
-        "uvm_api_register_gpu",
-        "kp_api_register_gpu",
-        "krp_api_register_gpu",
-        UVM,
-        "UVM_REGISTER_GPU: latency and NV_STATUS"
-    ),
-    kpair!(
-        "uvm_va_space_register_gpu",
-        "kp_va_space_reg_gpu",
-        "krp_va_space_reg_gpu",
-        UVM,
-        "GPU registration in the VA space: latency and NV_STATUS"
-    ),
-    kpair!(
-        "uvm_gpu_retain_by_uuid",
-        "kp_gpu_retain",
-        "krp_gpu_retain",
-        UVM,
-        "global UVM lock wait plus GPU bring-up: latency and NV_STATUS"
-    ),
-    kpair!(
-        "uvm_hmm_va_block_service_locked",
-        "kp_hmm_block_svc",
-        "krp_hmm_block_svc",
-        UVM,
-        "HMM fault servicing: count and latency"
-    ),
-    kpair!(
-        "hmm_range_fault",
-        "kp_hmm_range_fault",
-        "krp_hmm_range_fault",
-        None,
-        "HMM faults (every caller): count, latency, errors"
-    ),
-    kpair!(
-        "migrate_vma_setup",
-        "kp_migrate_setup",
-        "krp_migrate_setup",
-        None,
-        "HMM migration set-up: count, latency, errors"
-    ),
-    kpair!(
-        "migrate_vma_pages",
-        "kp_migrate_pages",
-        "krp_migrate_pages",
-        None,
-        "HMM migration: count and latency"
-    ),
-    kpair!(
-        "migrate_vma_finalize",
-        "kp_migrate_final",
-        "krp_migrate_final",
-        None,
-        "HMM migration finalize: count and latency"
-    ),
-    kpair!(
-        "uvm_hmm_migrate_ranges",
-        "kp_hmm_migrate",
-        "krp_hmm_migrate",
-        UVM,
-        "UVM HMM migrations: count, latency, NV_STATUS"
-    ),
-    kpair!(
-        "uvm_parent_gpu_service_replayable_faults",
-        "kp_pgpu_replay",
-        "krp_pgpu_replay",
-        UVM,
-        "replayable GPU fault batches (560+)"
-    ),
-    kpair!(
-        "uvm_parent_gpu_service_non_replayable_fault_buffer",
-        "kp_pgpu_nonreplay",
-        "krp_pgpu_nonreplay",
-        UVM,
-        "non-replayable GPU fault batches (560+)"
-    ),
-    kpair!(
-        "uvm_gpu_service_replayable_faults",
-        "kp_gpu_replay",
-        "krp_gpu_replay",
-        UVM,
-        "replayable GPU fault batches (535/550)"
-    ),
-    kpair!(
-        "uvm_gpu_service_non_replayable_fault_buffer",
-        "kp_gpu_nonreplay",
-        "krp_gpu_nonreplay",
-        UVM,
-        "non-replayable GPU fault batches (535/550)"
-    ),
-];
+/// Name of a probed function by id (`unknown` when out of range).
+pub fn kfunc_name(id: u32) -> &'static str {
+    KFUNCS
+        .get(id as usize)
+        .map(|k| k.symbol)
+        .unwrap_or("unknown")
+}
 
-/// Every probe: [`REGISTRY`] then the kprobe pairs of [`KPROBES`].
+/// Every probe: [`REGISTRY`] then the kprobe pairs of [`KFUNCS`].
 pub fn all() -> Vec<ProbeSpec> {
     REGISTRY
         .iter()
         .copied()
-        .chain(KPROBES.iter().flat_map(|p| p.iter().copied()))
+        .chain(KFUNCS.iter().flat_map(|k| k.probes))
         .collect()
 }
 
@@ -222,7 +125,7 @@ pub fn all() -> Vec<ProbeSpec> {
 pub struct ProbeSpec {
     /// Label used in `uvmwatch_probe_attached{probe}` and `uvmwatch probes`.
     pub label: &'static str,
-    /// Program name in the eBPF object (`agent-ebpf/src/main.rs`).
+    /// Program name in the eBPF object (a function in `agent-ebpf/src/probes/`).
     pub program: &'static str,
     /// Where it attaches.
     pub attach: Attach,
@@ -249,7 +152,7 @@ const fn tp(
     }
 }
 
-/// Every probe, in attach order.
+/// The tracepoints and uprobes, in attach order ([`all`] adds the kprobes of [`KFUNCS`]).
 pub const REGISTRY: &[ProbeSpec] = &[
     tp(
         "syscalls:sys_enter_openat",
@@ -430,37 +333,172 @@ impl fmt::Display for ProbeState {
     }
 }
 
-/// Renders the `uvmwatch probes` table.
+/// Renders the `uvmwatch probes` table: one row per probe that is attached or required, then
+/// the others grouped by state, one line per distinct reason followed by the probes it applies
+/// to, listed compactly (`kprobe+kretprobe: a, b` for both probes of functions `a` and `b`).
 pub fn render_table(rows: &[(ProbeSpec, ProbeState)]) -> String {
-    let mut out = String::new();
-    let w = rows
+    let (listed, rest): (Vec<_>, Vec<_>) = rows
         .iter()
-        .map(|(s, _)| s.label.len())
-        .max()
-        .unwrap_or(5)
-        .max(5);
-    out.push_str(&format!(
-        "{:<w$}  {:<10}  {:<8}  {}\n",
-        "PROBE", "KIND", "REQUIRED", "STATE"
-    ));
-    for (s, st) in rows {
-        let kind = match s.attach {
-            Attach::Tracepoint { .. } => "tracepoint",
-            Attach::Uprobe { ret: false, .. } => "uprobe",
-            Attach::Uprobe { ret: true, .. } => "uretprobe",
-            Attach::Kprobe { ret: false, .. } => "kprobe",
-            Attach::Kprobe { ret: true, .. } => "kretprobe",
-        };
+        .partition(|(s, st)| s.required || st.gauge() == 1);
+    let mut out = String::new();
+    if !listed.is_empty() {
+        let w = listed
+            .iter()
+            .map(|(s, _)| s.label.len())
+            .max()
+            .unwrap_or(5)
+            .max(5);
         out.push_str(&format!(
-            "{:<w$}  {:<10}  {:<8}  {}  [{}]\n",
-            s.label,
-            kind,
-            if s.required { "yes" } else { "no" },
-            st,
-            s.purpose
+            "{:<w$}  {:<10}  {:<8}  {}\n",
+            "PROBE", "KIND", "REQUIRED", "STATE"
         ));
+        for (s, st) in &listed {
+            out.push_str(&format!(
+                "{:<w$}  {:<10}  {:<8}  {}  [{}]\n",
+                s.label,
+                s.attach.kind(),
+                if s.required { "yes" } else { "no" },
+                st,
+                s.purpose
+            ));
+        }
+    }
+    if rest.is_empty() {
+        return out;
+    }
+    if !out.is_empty() {
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "not attached: {} of {} probes, by reason\n",
+        rest.len(),
+        rows.len()
+    ));
+    let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
+    for (s, st) in &rest {
+        let reason = st.to_string();
+        match groups.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, labels)) => labels.push(s.label),
+            None => groups.push((reason, vec![s.label])),
+        }
+    }
+    for (reason, labels) in &groups {
+        out.push_str(&format!("  {reason}\n"));
+        for (kinds, targets) in compact_labels(labels) {
+            push_wrapped(&mut out, &kinds, &targets);
+        }
     }
     out
+}
+
+/// Labels (`kind:target`) as `(kinds, targets)` lines: a kprobe and a kretprobe (or a uprobe
+/// and a uretprobe) on the same target become one `kprobe+kretprobe` entry.
+fn compact_labels<'a>(labels: &[&'a str]) -> Vec<(String, Vec<&'a str>)> {
+    let split: Vec<(&str, &str)> = labels
+        .iter()
+        .map(|l| l.split_once(':').unwrap_or(("", l)))
+        .collect();
+    let mut out: Vec<(String, Vec<&str>)> = Vec::new();
+    for &(kind, target) in &split {
+        let (entry, ret) = match kind {
+            "kprobe" | "kretprobe" => ("kprobe", "kretprobe"),
+            "uprobe" | "uretprobe" => ("uprobe", "uretprobe"),
+            _ => (kind, ""),
+        };
+        let paired =
+            !ret.is_empty() && split.contains(&(entry, target)) && split.contains(&(ret, target));
+        if paired && kind == ret {
+            continue; // listed with its entry probe
+        }
+        let kinds = if paired {
+            format!("{entry}+{ret}")
+        } else {
+            kind.to_string()
+        };
+        match out.iter_mut().find(|(k, _)| *k == kinds) {
+            Some((_, targets)) => targets.push(target),
+            None => out.push((kinds, vec![target])),
+        }
+    }
+    out
+}
+
+/// Appends `    kinds: a, b, c` wrapped at 100 columns (continuations indented further).
+fn push_wrapped(out: &mut String, kinds: &str, targets: &[&str]) {
+    const WIDTH: usize = 100;
+    let mut line = format!("    {kinds}:");
+    for (i, t) in targets.iter().enumerate() {
+        let sep = if i + 1 < targets.len() { "," } else { "" };
+        if i > 0 && line.len() + 1 + t.len() + sep.len() > WIDTH {
+            out.push_str(&line);
+            out.push('\n');
+            line = String::from("     ");
+        }
+        line.push(' ');
+        line.push_str(t);
+        line.push_str(sep);
+    }
+    out.push_str(&line);
+    out.push('\n');
+}
+
+/// First and last line of the generated probe table in `docs/probes.md`.
+const TABLE_BEGIN: &str = "<!-- probe table: generated from agent/src/kernel/registry.rs by `uvmwatch probes-doc`; a test keeps it current -->";
+const TABLE_END: &str = "<!-- end of the generated probe table -->";
+
+/// The probe table of `docs/probes.md` (Markdown), generated from [`REGISTRY`] and
+/// [`KFUNCS`] so it cannot drift, between its two marker lines.
+pub fn reference_table() -> String {
+    let mut s =
+        format!("{TABLE_BEGIN}\n| probe | kind | required | what it gives |\n|---|---|---|---|\n");
+    let yes_no = |p: &ProbeSpec| if p.required { "yes" } else { "no" };
+    for p in REGISTRY {
+        s.push_str(&format!(
+            "| `{}` | {} | {} | {} |\n",
+            p.label,
+            p.attach.kind(),
+            yes_no(p),
+            p.purpose
+        ));
+    }
+    for k in KFUNCS {
+        let [enter, exit] = &k.probes;
+        let place = match k.module {
+            None => format!("core kernel (`{}`)", k.lives_in),
+            Some(m) => match k.lives_in.strip_prefix(m) {
+                Some(versions) => format!("`{m}`{versions}"),
+                None => format!("`{m}`, {}", k.lives_in),
+            },
+        };
+        s.push_str(&format!(
+            "| `{}` + `{}` | kprobe pair, {place} | {} | {} |\n",
+            enter.label,
+            exit.label,
+            yes_no(enter),
+            enter.purpose
+        ));
+    }
+    s.push_str(TABLE_END);
+    s.push('\n');
+    s
+}
+
+/// `page` (the text of `docs/probes.md`) with its probe table replaced by
+/// [`reference_table`]; `None` when the page lacks the marker lines.
+pub fn with_reference_table(page: &str) -> Option<String> {
+    let begin = page.find(TABLE_BEGIN)?;
+    let end = begin + page[begin..].find(TABLE_END)? + TABLE_END.len();
+    let end = if page[end..].starts_with('\n') {
+        end + 1
+    } else {
+        end
+    };
+    Some(format!(
+        "{}{}{}",
+        &page[..begin],
+        reference_table(),
+        &page[end..]
+    ))
 }
 
 #[cfg(test)]
@@ -469,14 +507,20 @@ mod tests {
 
     #[test]
     fn kprobes_follow_the_kfunc_ids() {
-        assert_eq!(KPROBES.len(), uvmwatch_common::kfunc::COUNT as usize);
-        assert_eq!(KFUNC_NAMES.len(), KPROBES.len());
-        for (i, pair) in KPROBES.iter().enumerate() {
-            for p in pair {
-                let Attach::Kprobe { symbol, .. } = p.attach else {
+        assert_eq!(KFUNCS.len(), uvmwatch_common::kfunc::COUNT as usize);
+        for (i, k) in KFUNCS.iter().enumerate() {
+            assert_eq!(k.id as usize, i, "{}", k.symbol);
+            assert!(k.module.is_none() || k.module == Some(UVM_MODULE));
+            for (p, want_ret) in k.probes.iter().zip([false, true]) {
+                let Attach::Kprobe {
+                    symbol,
+                    ret,
+                    module,
+                } = p.attach
+                else {
                     panic!("{} is not a kprobe", p.label)
                 };
-                assert_eq!(symbol, KFUNC_NAMES[i]);
+                assert_eq!((symbol, ret, module), (k.symbol, want_ret, k.module));
             }
         }
         // The kernel keeps 15 bytes of a program name: those must tell programs apart.
@@ -491,7 +535,17 @@ mod tests {
             kfunc_name(uvmwatch_common::kfunc::REQUEST_FREE_MEM_REGION),
             "request_free_mem_region"
         );
+        assert_eq!(
+            kfunc_name(uvmwatch_common::kfunc::GPU_SERVICE_NON_REPLAYABLE),
+            "uvm_gpu_service_non_replayable_fault_buffer"
+        );
         assert_eq!(kfunc_name(99), "unknown");
+        let scoped: Vec<_> = KFUNCS
+            .iter()
+            .filter(|k| k.uvm_ioctl_only)
+            .map(|k| k.symbol)
+            .collect();
+        assert_eq!(scoped, ["request_free_mem_region", "memremap_pages"]);
     }
 
     #[test]
@@ -501,24 +555,114 @@ mod tests {
             assert!(seen.insert(p.label), "duplicate label {}", p.label);
             assert!(!p.program.is_empty());
         }
+        assert_eq!(all().len(), 48);
         assert!(REGISTRY.iter().filter(|p| p.required).count() >= 4);
     }
 
+    fn spec(label: &str) -> ProbeSpec {
+        all().into_iter().find(|p| p.label == label).unwrap()
+    }
+
     #[test]
-    fn table_lists_reasons() {
-        let rows = vec![
+    fn table_lists_attached_and_required_and_groups_the_rest() {
+        let no_kprobes = ProbeState::Unavailable("kprobes not supported by this kernel".into());
+        let mut rows = vec![
             (REGISTRY[0], ProbeState::Attached(1)),
-            (REGISTRY[16], ProbeState::Waiting("no libcuda found".into())),
             (
-                REGISTRY[13],
+                spec("syscalls:sys_exit_ioctl"),
                 ProbeState::Unavailable("tracefs not mounted".into()),
             ),
+            (
+                spec("sched:sched_process_fork"),
+                ProbeState::Unavailable("tracefs not mounted".into()),
+            ),
+            (
+                spec("uprobe:cuInit"),
+                ProbeState::Waiting("no libcuda found".into()),
+            ),
+            (
+                spec("uretprobe:cuInit"),
+                ProbeState::Waiting("no libcuda found".into()),
+            ),
+            (spec("kprobe:hmm_range_fault"), ProbeState::Attached(1)),
         ];
+        for k in KFUNCS {
+            for p in k.probes {
+                if p.label != "kprobe:hmm_range_fault" {
+                    rows.push((p, no_kprobes.clone()));
+                }
+            }
+        }
         let t = render_table(&rows);
-        assert!(t.contains("syscalls:sys_enter_openat"));
-        assert!(t.contains("waiting: no libcuda found"));
-        assert!(t.contains("unavailable: tracefs not mounted"));
+        let lines: Vec<&str> = t.lines().collect();
+        // Rows: the attached ones and the required one that is not.
+        assert!(lines[0].starts_with("PROBE "), "{t}");
+        assert!(
+            lines[1].starts_with("syscalls:sys_enter_openat ") && lines[1].contains(" attached ")
+        );
+        assert!(
+            lines[2].starts_with("syscalls:sys_exit_ioctl ")
+                && lines[2].contains("unavailable: tracefs not mounted")
+        );
+        assert!(lines[3].starts_with("kprobe:hmm_range_fault ") && lines[3].contains(" kprobe "));
+        assert_eq!(lines[4], "");
+        assert_eq!(
+            lines[5],
+            format!(
+                "not attached: {} of {} probes, by reason",
+                rows.len() - 3,
+                rows.len()
+            )
+        );
+        // One line per reason, then the probes it applies to.
+        assert_eq!(lines[6], "  unavailable: tracefs not mounted");
+        assert_eq!(lines[7], "    sched: sched_process_fork");
+        assert_eq!(lines[8], "  waiting: no libcuda found");
+        assert_eq!(lines[9], "    uprobe+uretprobe: cuInit");
+        assert_eq!(
+            lines[10],
+            "  unavailable: kprobes not supported by this kernel"
+        );
+        assert!(
+            lines[11].starts_with("    kprobe+kretprobe: request_free_mem_region, memremap_pages,"),
+            "{t}"
+        );
+        assert!(t.contains("    kretprobe: hmm_range_fault\n"), "{t}");
+        assert_eq!(t.matches("kprobes not supported").count(), 1, "{t}");
+        for l in &lines {
+            assert!(l.len() <= 100 || !l.starts_with("    "), "too long: {l}");
+        }
+        for k in KFUNCS.iter().filter(|k| k.symbol != "hmm_range_fault") {
+            assert_eq!(
+                t.matches(&format!(" {},", k.symbol)).count()
+                    + t.matches(&format!(" {}\n", k.symbol)).count(),
+                1,
+                "{}: {t}",
+                k.symbol
+            );
+        }
         assert_eq!(ProbeState::Attached(2).gauge(), 1);
         assert_eq!(ProbeState::Waiting(String::new()).gauge(), 0);
+    }
+
+    #[test]
+    fn reference_page_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/probes.md");
+        let page = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            with_reference_table(&page).as_deref() == Some(page.as_str()),
+            "docs/probes.md's probe table is stale: run \
+             `cargo run -p uvmwatch -- probes-doc --update docs/probes.md`"
+        );
+        let table = reference_table();
+        assert_eq!(table.lines().count(), 2 + 2 + REGISTRY.len() + KFUNCS.len());
+        assert!(table.contains(
+            "| `kprobe:request_free_mem_region` + `kretprobe:request_free_mem_region` | \
+             kprobe pair, core kernel (`kernel/resource.c`) | no |"
+        ));
+        assert!(table.contains(
+            "| `kprobe:uvm_parent_gpu_service_replayable_faults` + \
+             `kretprobe:uvm_parent_gpu_service_replayable_faults` | kprobe pair, `nvidia_uvm` (560+) | no |"
+        ));
     }
 }

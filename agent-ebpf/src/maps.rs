@@ -1,0 +1,118 @@
+//! Every map of the kernel side. User space finds them by these names (`agent/src/kernel/`),
+//! so a name, a key or a value type changes only together with the agent.
+
+use aya_ebpf::{
+    macros::map,
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+};
+use uvmwatch_common::{
+    counter, kfunc, CmdInfo, CmdKey, Config, FdInfo, FdKey, InflightCuinit, InflightIoctl,
+    IoctlKey, KfKey, KfResultKey, LatencyHist, OpenEvent, OpenKey, ProcState,
+};
+
+/// `BPF_F_NO_PREALLOC`: per-CPU hashes grow with use instead of reserving
+/// `max_entries * ncpus` values up front.
+const NO_PREALLOC: u32 = 1;
+
+// ---------------------------------------------------------------------------------------------
+// written by user space
+// ---------------------------------------------------------------------------------------------
+
+/// Runtime settings, one entry, written at start; every program does nothing until
+/// [`Config::ready`] is set.
+#[map]
+pub static CONFIG: Array<Config> = Array::with_max_entries(1, 0);
+/// Where each ioctl command keeps its `rmStatus` (filled by user space from its tables).
+#[map]
+pub static CMDS: HashMap<CmdKey, CmdInfo> = HashMap::with_max_entries(1024, 0);
+
+// ---------------------------------------------------------------------------------------------
+// to user space
+// ---------------------------------------------------------------------------------------------
+
+/// Records user space must see (every one starts with `EventHeader`); a full buffer drops the
+/// record and counts it in [`COUNTERS`].
+#[map]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(512 * 1024, 0);
+/// Per-CPU counters of lost records and full maps, indexed by [`counter`].
+#[map]
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+
+// ---------------------------------------------------------------------------------------------
+// fd and process state
+// ---------------------------------------------------------------------------------------------
+
+/// Open NVIDIA nodes per (tgid, fd), with tombstones for closed inherited fds.
+#[map]
+pub static FDS: HashMap<FdKey, FdInfo> = HashMap::with_max_entries(65536, 0);
+/// Processes that touched an NVIDIA node or were forked from one, by tgid: generations for
+/// `FDS` validity, and the parent for fork inheritance.
+#[map]
+pub static PROCS: HashMap<u32, ProcState> = HashMap::with_max_entries(16384, 0);
+
+// ---------------------------------------------------------------------------------------------
+// calls in flight (keyed by tid)
+// ---------------------------------------------------------------------------------------------
+
+/// Ioctls on tracked fds between enter and exit; user space reads it for stalls.
+#[map]
+pub static INFLIGHT_IOCTL: LruHashMap<u32, InflightIoctl> = LruHashMap::with_max_entries(16384, 0);
+/// `cuInit` calls between entry and return; a hung one stays here, which is how user space
+/// sees it.
+#[map]
+pub static INFLIGHT_CUINIT: LruHashMap<u32, InflightCuinit> = LruHashMap::with_max_entries(8192, 0);
+/// An `openat` between enter and exit. Only NVIDIA nodes and libcuda files.
+#[map]
+pub static PENDING_OPEN: HashMap<u32, OpenEvent> = HashMap::with_max_entries(4096, 0);
+/// A `dup*`/`fcntl(F_DUPFD*)` of a tracked fd between enter and exit.
+#[map]
+pub static PENDING_DUP: HashMap<u32, PendingDup> = HashMap::with_max_entries(4096, 0);
+/// Entry times of probed kernel functions in progress, per (thread, function).
+#[map]
+pub static KF_START: LruHashMap<KfKey, u64> = LruHashMap::with_max_entries(16384, 0);
+
+/// Value of [`PENDING_DUP`].
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PendingDup {
+    pub info: FdInfo,
+    /// Target fd of `dup2`/`dup3` (-1 for `dup`/`fcntl`).
+    pub newfd: i64,
+    /// 1 when the source fd is tracked; 0 when only the target of a `dup2/3` is.
+    pub src_tracked: u32,
+    pub cloexec: u32,
+}
+
+// ---------------------------------------------------------------------------------------------
+// aggregates, per CPU, read by user space at scrape
+// ---------------------------------------------------------------------------------------------
+
+/// Ioctl latency histograms per (cmd, node, minor).
+#[map]
+pub static IOCTL_HIST: PerCpuHashMap<IoctlKey, LatencyHist> =
+    PerCpuHashMap::with_max_entries(512, NO_PREALLOC);
+/// Ioctl result counters per (cmd, node, minor, result kind, code).
+#[map]
+pub static IOCTL_RESULTS: PerCpuHashMap<IoctlKey, u64> =
+    PerCpuHashMap::with_max_entries(2048, NO_PREALLOC);
+/// Device open counters per (node, minor, errno).
+#[map]
+pub static OPENS: PerCpuHashMap<OpenKey, u64> = PerCpuHashMap::with_max_entries(1024, NO_PREALLOC);
+/// Kernel-function latency histograms, indexed by [`kfunc`] id.
+#[map]
+pub static KF_HIST: PerCpuArray<LatencyHist> = PerCpuArray::with_max_entries(kfunc::COUNT, 0);
+/// Kernel-function result counters per (function, result kind, code).
+#[map]
+pub static KF_RESULTS: PerCpuHashMap<KfResultKey, u64> =
+    PerCpuHashMap::with_max_entries(1024, NO_PREALLOC);
+
+// ---------------------------------------------------------------------------------------------
+// per-CPU scratch
+// ---------------------------------------------------------------------------------------------
+
+/// An `OpenEvent` being built (too large for the 512-byte stack).
+#[map]
+pub static SCRATCH_OPEN: PerCpuArray<OpenEvent> = PerCpuArray::with_max_entries(1, 0);
+/// A zeroed histogram: the initial value of new [`IOCTL_HIST`] entries.
+#[map]
+pub static ZERO_HIST: PerCpuArray<LatencyHist> = PerCpuArray::with_max_entries(1, 0);

@@ -1,0 +1,173 @@
+//! `ioctl` enter and exit, on tracked fds only. Enter puts the call in `INFLIGHT_IOCTL`; exit
+//! removes it, adds the latency to `IOCTL_HIST` and the result to `IOCTL_RESULTS` (the errno,
+//! else the `rmStatus` read from the caller's params at the offset `CMDS` gives, else `OK`),
+//! and reports calls that failed, were slow or ran inside `cuInit`.
+
+use aya_ebpf::{
+    helpers::{bpf_ktime_get_ns, bpf_probe_read_user},
+    macros::tracepoint,
+    programs::TracePointContext,
+};
+use uvmwatch_common::{
+    counter, hist_bucket, node, result, CmdKey, InflightIoctl, IoctlEvent, IoctlKey, EVENT_IOCTL,
+    IOCTL_FAILED, IOCTL_IN_CUINIT, IOCTL_SLOW,
+};
+
+use super::{SysExitArgs, SyscallHead};
+use crate::helpers::{add_sample, bump, config, count, emit, failed, header, ids, resolve_fd};
+use crate::maps::{
+    CMDS, INFLIGHT_CUINIT, INFLIGHT_IOCTL, IOCTL_HIST, IOCTL_RESULTS, PROCS, ZERO_HIST,
+};
+
+/// `syscalls:sys_enter_ioctl`, 6.18:
+///
+/// ```text
+/// name: sys_enter_ioctl
+/// ID: 898
+/// format:
+///   field:unsigned short common_type;  offset:0;  size:2;  signed:0;
+///   field:unsigned char common_flags;  offset:2;  size:1;  signed:0;
+///   field:unsigned char common_preempt_count;  offset:3;  size:1;  signed:0;
+///   field:int common_pid;  offset:4;  size:4;  signed:1;
+///
+///   field:int __syscall_nr;  offset:8;  size:4;  signed:1;
+///   field:unsigned int fd;  offset:16;  size:8;  signed:0;
+///   field:unsigned int cmd;  offset:24;  size:8;  signed:0;
+///   field:unsigned long arg;  offset:32;  size:8;  signed:0;
+///
+/// print fmt: "fd: 0x%08lx, cmd: 0x%08lx, arg: 0x%08lx", ...
+/// ```
+#[repr(C)]
+#[allow(dead_code)] // every field of the record, read or not
+struct SysEnterIoctlArgs {
+    head: SyscallHead,
+    fd: u64,
+    /// The request number.
+    cmd: u64,
+    /// User-space address of the params.
+    arg: u64,
+}
+
+/// `syscalls:sys_enter_ioctl` ([`SysEnterIoctlArgs`]).
+#[tracepoint]
+pub fn ioctl_enter(ctx: TracePointContext) -> u32 {
+    let _ = try_ioctl_enter(&ctx);
+    0
+}
+
+fn try_ioctl_enter(ctx: &TracePointContext) -> Option<()> {
+    let (tgid, tid) = ids();
+    // One hash lookup for every process that never touched an NVIDIA node.
+    unsafe { PROCS.get(&tgid) }?;
+    let args: SysEnterIoctlArgs = unsafe { ctx.read_at(0) }.ok()?;
+    let info = resolve_fd(tgid, args.fd as u32)?;
+    let in_cuinit = unsafe { INFLIGHT_CUINIT.get(&tid) }.is_some();
+    let e = InflightIoctl {
+        start_ns: unsafe { bpf_ktime_get_ns() },
+        arg: args.arg,
+        tgid,
+        fd: args.fd as u32,
+        cmd: args.cmd as u32,
+        node: info.node,
+        minor: info.minor,
+        in_cuinit: in_cuinit as u8,
+        _pad: 0,
+    };
+    if INFLIGHT_IOCTL.insert(&tid, &e, 0).is_err() {
+        bump(counter::INFLIGHT_FULL);
+    }
+    Some(())
+}
+
+/// `syscalls:sys_exit_ioctl` ([`SysExitArgs`]).
+#[tracepoint]
+pub fn ioctl_exit(ctx: TracePointContext) -> u32 {
+    let _ = try_ioctl_exit(&ctx);
+    0
+}
+
+fn try_ioctl_exit(ctx: &TracePointContext) -> Option<()> {
+    let (tgid, tid) = ids();
+    let call = *unsafe { INFLIGHT_IOCTL.get(&tid) }?;
+    let _ = INFLIGHT_IOCTL.remove(&tid);
+    let ret = unsafe { ctx.read_at::<SysExitArgs>(0) }.ok()?.ret;
+    let now = unsafe { bpf_ktime_get_ns() };
+    let dur = now.saturating_sub(call.start_ns);
+
+    // Result: errno, else the rmStatus at the command's offset, else plain OK.
+    let (kind, code) = if ret < 0 {
+        (result::ERRNO, (-ret) as u32)
+    } else {
+        let ck = CmdKey {
+            uvm: node::is_uvm(call.node) as u32,
+            cmd: call.cmd,
+        };
+        match unsafe { CMDS.get(&ck) } {
+            Some(ci) => {
+                let at = call.arg.wrapping_add(ci.status_offset as u64) as *const u32;
+                match unsafe { bpf_probe_read_user::<u32>(at) } {
+                    Ok(s) => (result::NV_STATUS, s),
+                    Err(_) => (result::UNREADABLE, 0),
+                }
+            }
+            None => (result::OK, 0),
+        }
+    };
+
+    let hk = IoctlKey {
+        cmd: call.cmd,
+        node: call.node,
+        minor: call.minor,
+        result_kind: 0,
+        _pad: 0,
+        code: 0,
+    };
+    let b = hist_bucket(dur);
+    match IOCTL_HIST.get_ptr_mut(&hk) {
+        Some(h) => add_sample(h, b, dur),
+        None => {
+            if let Some(z) = ZERO_HIST.get_ptr(0) {
+                let _ = IOCTL_HIST.insert(&hk, unsafe { &*z }, 0);
+                if let Some(h) = IOCTL_HIST.get_ptr_mut(&hk) {
+                    add_sample(h, b, dur);
+                }
+            }
+        }
+    }
+    let rk = IoctlKey {
+        result_kind: kind,
+        code,
+        ..hk
+    };
+    count(&IOCTL_RESULTS, &rk);
+
+    let failed = failed(kind, code);
+    let slow = config().map(|c| dur >= c.slow_ioctl_ns).unwrap_or(false);
+    if failed || slow || call.in_cuinit != 0 {
+        let mut flags = 0;
+        if failed {
+            flags |= IOCTL_FAILED;
+        }
+        if slow {
+            flags |= IOCTL_SLOW;
+        }
+        if call.in_cuinit != 0 {
+            flags |= IOCTL_IN_CUINIT;
+        }
+        let ev = IoctlEvent {
+            header: header(EVENT_IOCTL, tgid, tid, now),
+            start_ns: call.start_ns,
+            ret,
+            cmd: call.cmd,
+            fd: call.fd,
+            status: code,
+            flags,
+            node: call.node,
+            minor: call.minor,
+            result_kind: kind,
+            _pad: [0; 5],
+        };
+        emit(&ev);
+    }
+    Some(())
+}

@@ -1,0 +1,126 @@
+//! Kernel and driver functions (kprobe/kretprobe pairs; only where the kernel has kprobes).
+//!
+//! One pair per row of [`uvmwatch_common::kfuncs!`]: the kprobe stores the entry time in
+//! `KF_START`, the kretprobe adds the latency to `KF_HIST` and the return value (`NV_STATUS`,
+//! an `ERR_PTR` or an errno) to `KF_RESULTS`, and reports the call only when it failed. Only
+//! return values are read, never arguments.
+
+use aya_ebpf::{
+    helpers::bpf_ktime_get_ns,
+    macros::{kprobe, kretprobe},
+    programs::{ProbeContext, RetProbeContext},
+};
+use uvmwatch_common::{
+    hist_bucket, kfunc, node, result, KfKey, KfResultKey, KfuncEvent, EVENT_KFUNC,
+};
+
+use crate::helpers::{add_sample, config, count, emit, failed, header, ids};
+use crate::maps::{INFLIGHT_IOCTL, KF_HIST, KF_RESULTS, KF_START};
+
+/// Whether the current thread is inside an ioctl on a UVM node.
+#[inline(always)]
+fn in_uvm_ioctl(tid: u32) -> bool {
+    match unsafe { INFLIGHT_IOCTL.get(&tid) } {
+        Some(i) => node::is_uvm(i.node),
+        None => false,
+    }
+}
+
+/// Entry of function `func`; `scope` (one of [`kfunc::scope`]) says which calls count.
+#[inline(always)]
+fn kf_enter(func: u32, scope: u8) {
+    if config().is_none() {
+        return;
+    }
+    let (_, tid) = ids();
+    if scope == kfunc::scope::UVM_IOCTL && !in_uvm_ioctl(tid) {
+        return;
+    }
+    let now = unsafe { bpf_ktime_get_ns() };
+    let _ = KF_START.insert(&KfKey { tid, func }, &now, 0);
+}
+
+/// Return of function `func`, whose return value is read as `ret_kind` ([`kfunc::ret`]).
+#[inline(always)]
+fn kf_exit(ctx: &RetProbeContext, func: u32, ret_kind: u8) {
+    let (tgid, tid) = ids();
+    let key = KfKey { tid, func };
+    let Some(start) = (unsafe { KF_START.get(&key) }).copied() else {
+        return;
+    };
+    let _ = KF_START.remove(&key);
+    let now = unsafe { bpf_ktime_get_ns() };
+    let dur = now.saturating_sub(start);
+    let raw: u64 = ctx.ret();
+    let (kind, code) = match ret_kind {
+        kfunc::ret::NV_STATUS => {
+            let st = raw as u32;
+            (result::NV_STATUS, st)
+        }
+        kfunc::ret::ERR_PTR => {
+            let v = raw as i64;
+            if (-4095..0).contains(&v) {
+                (result::ERRNO, (-v) as u32)
+            } else {
+                (result::OK, 0)
+            }
+        }
+        kfunc::ret::ERRNO => {
+            let v = raw as i32;
+            if v < 0 {
+                (result::ERRNO, v.unsigned_abs())
+            } else {
+                (result::OK, 0)
+            }
+        }
+        _ => (result::OK, 0),
+    };
+    if let Some(h) = KF_HIST.get_ptr_mut(func) {
+        add_sample(h, hist_bucket(dur), dur);
+    }
+    let rk = KfResultKey {
+        func,
+        kind,
+        _pad: [0; 3],
+        code,
+    };
+    count(&KF_RESULTS, &rk);
+    if failed(kind, code) {
+        let ev = KfuncEvent {
+            header: header(EVENT_KFUNC, tgid, tid, now),
+            start_ns: start,
+            ret: raw as i64,
+            func,
+            code,
+            kind,
+            in_uvm_ioctl: in_uvm_ioctl(tid) as u8,
+            _pad: [0; 6],
+        };
+        emit(&ev);
+    }
+}
+
+/// One kprobe and one kretprobe program per function: the program itself says which
+/// function fired (aya 0.14 kprobes take no attach cookie).
+macro_rules! kfunc_programs {
+    ($(($id:ident = $n:literal, $sym:literal, $module:expr, $ret:ident, $scope:ident,
+        $enter:ident, $exit:ident, $lives:literal, $purpose:literal)),* $(,)?) => {
+        $(
+            #[doc = concat!("Kprobe on `", $sym, "` (", $lives, "): its entry time.")]
+            #[kprobe]
+            pub fn $enter(_ctx: ProbeContext) -> u32 {
+                kf_enter(kfunc::$id, kfunc::scope::$scope);
+                0
+            }
+
+            #[doc = concat!("Kretprobe on `", $sym, "`: latency and result.")]
+            #[kretprobe]
+            pub fn $exit(ctx: RetProbeContext) -> u32 {
+                kf_exit(&ctx, kfunc::$id, kfunc::ret::$ret);
+                0
+            }
+        )*
+    };
+}
+
+uvmwatch_common::kfuncs!(kfunc_programs);

@@ -1,0 +1,74 @@
+//! The programs, one file per hook group. Program names (the functions marked `#[tracepoint]`,
+//! `#[uprobe]`, `#[kprobe]`, ...) are what the agent's registry
+//! (`agent/src/kernel/registry.rs`) loads and attaches: rename one only together with it.
+//!
+//! Each tracepoint reads its record through a `#[repr(C)]` struct whose doc holds the
+//! tracepoint's `format` as `/sys/kernel/tracing/events/<category>/<name>/format` gives it
+//! on 6.18 (the `syscalls:*` records have the same layout on 6.1 and 6.12, where
+//! `cargo xtask vm-test` loads these programs; the `sched:*` differences are said there).
+
+pub mod cuinit;
+pub mod fd;
+pub mod ioctl;
+pub mod kfunc;
+pub mod openat;
+pub mod sched;
+
+/// `O_CLOEXEC` on x86_64 and aarch64 (`include/uapi/asm-generic/fcntl.h`).
+pub const O_CLOEXEC: u64 = 0o2000000;
+
+/// The fields every tracepoint record starts with (`struct trace_entry`):
+///
+/// ```text
+/// field:unsigned short common_type;  offset:0;  size:2;  signed:0;
+/// field:unsigned char common_flags;  offset:2;  size:1;  signed:0;
+/// field:unsigned char common_preempt_count;  offset:3;  size:1;  signed:0;
+/// field:int common_pid;  offset:4;  size:4;  signed:1;
+/// ```
+#[repr(C)]
+#[allow(dead_code)] // the layout of the record; the programs read what follows
+pub struct TraceEntry {
+    pub common_type: u16,
+    pub common_flags: u8,
+    pub common_preempt_count: u8,
+    pub common_pid: i32,
+}
+
+/// The start of every `syscalls:*` record: [`TraceEntry`], then the syscall number. The
+/// arguments follow at offset 16, 8 bytes each whatever their C type.
+///
+/// ```text
+/// field:int __syscall_nr;  offset:8;  size:4;  signed:1;
+/// ```
+#[repr(C)]
+#[allow(dead_code)] // the layout of the record; the programs read what follows
+pub struct SyscallHead {
+    pub entry: TraceEntry,
+    pub syscall_nr: i32,
+    _pad: u32,
+}
+
+/// `syscalls:sys_exit_openat`, and the same for `sys_exit_ioctl`, `sys_exit_dup`,
+/// `sys_exit_dup2`, `sys_exit_dup3` and `sys_exit_fcntl` (each `format` is this one with its
+/// own name and ID), 6.18:
+///
+/// ```text
+/// name: sys_exit_openat
+/// ID: 781
+/// format:
+///   field:unsigned short common_type;  offset:0;  size:2;  signed:0;
+///   field:unsigned char common_flags;  offset:2;  size:1;  signed:0;
+///   field:unsigned char common_preempt_count;  offset:3;  size:1;  signed:0;
+///   field:int common_pid;  offset:4;  size:4;  signed:1;
+///
+///   field:int __syscall_nr;  offset:8;  size:4;  signed:1;
+///   field:long ret;  offset:16;  size:8;  signed:1;
+///
+/// print fmt: "0x%lx", REC->ret
+/// ```
+#[repr(C)]
+pub struct SysExitArgs {
+    pub head: SyscallHead,
+    /// The syscall's return value: a result, or `-errno`.
+    pub ret: i64,
+}

@@ -1,0 +1,200 @@
+//! `openat` enter and exit. The path is classified ([`classify_dev_path`]); every open of an
+//! NVIDIA node is counted in `OPENS` and a successful one is remembered in `FDS` per (tgid, fd);
+//! failed opens and opens inside `cuInit` are reported. A read-only open of a file named
+//! `libcuda.so*` is reported too, so user space can attach the `cuInit` uprobes.
+
+use aya_ebpf::{
+    helpers::{bpf_ktime_get_ns, bpf_probe_read_user_str_bytes},
+    macros::tracepoint,
+    programs::TracePointContext,
+};
+use uvmwatch_common::{
+    classify_dev_path, node, OpenKey, EVENT_OPEN, FD_CLOEXEC, OPEN_IN_CUINIT, OPEN_LIBCUDA,
+    OPEN_PATH_TRUNCATED, PATH_LEN,
+};
+
+use super::{SysExitArgs, SyscallHead, O_CLOEXEC};
+use crate::helpers::{config, count, emit, header, ids, track_fd};
+use crate::maps::{INFLIGHT_CUINIT, OPENS, PENDING_OPEN, SCRATCH_OPEN};
+
+/// `O_ACCMODE` and `O_RDONLY` (`include/uapi/asm-generic/fcntl.h`).
+const O_ACCMODE: u64 = 0o3;
+const O_RDONLY: u64 = 0;
+
+/// `syscalls:sys_enter_openat`, 6.18:
+///
+/// ```text
+/// name: sys_enter_openat
+/// ID: 782
+/// format:
+///   field:unsigned short common_type;  offset:0;  size:2;  signed:0;
+///   field:unsigned char common_flags;  offset:2;  size:1;  signed:0;
+///   field:unsigned char common_preempt_count;  offset:3;  size:1;  signed:0;
+///   field:int common_pid;  offset:4;  size:4;  signed:1;
+///
+///   field:int __syscall_nr;  offset:8;  size:4;  signed:1;
+///   field:int dfd;  offset:16;  size:8;  signed:0;
+///   field:const char * filename;  offset:24;  size:8;  signed:0;
+///   field:int flags;  offset:32;  size:8;  signed:0;
+///   field:umode_t mode;  offset:40;  size:8;  signed:0;
+///
+/// print fmt: "dfd: 0x%08lx, filename: 0x%08lx, flags: 0x%08lx, mode: 0x%08lx", ...
+/// ```
+#[repr(C)]
+#[allow(dead_code)] // every field of the record, read or not
+struct SysEnterOpenatArgs {
+    head: SyscallHead,
+    dfd: u64,
+    /// User-space address of the NUL-terminated path.
+    filename: u64,
+    /// `O_*` flags.
+    flags: u64,
+    mode: u64,
+}
+
+/// `syscalls:sys_enter_openat` ([`SysEnterOpenatArgs`]).
+#[tracepoint]
+pub fn openat_enter(ctx: TracePointContext) -> u32 {
+    let _ = try_openat_enter(&ctx);
+    0
+}
+
+fn try_openat_enter(ctx: &TracePointContext) -> Option<()> {
+    let cfg = config()?;
+    let (tgid, tid) = ids();
+    if tgid == cfg.agent_tgid {
+        return None;
+    }
+    let args: SysEnterOpenatArgs = unsafe { ctx.read_at(0) }.ok()?;
+    let open_flags = args.flags;
+    let ev = SCRATCH_OPEN.get_ptr_mut(0)?;
+    let ev = unsafe { &mut *ev };
+    let len =
+        match unsafe { bpf_probe_read_user_str_bytes(args.filename as *const u8, &mut ev.path) } {
+            Ok(s) => s.len(),
+            Err(_) => return None,
+        };
+    let mut head = [0u8; 32];
+    let mut i = 0;
+    while i < 32 {
+        head[i] = ev.path[i];
+        i += 1;
+    }
+    let (kind, minor) = classify_dev_path(&head);
+    let mut flags = 0u32;
+    if kind == node::NONE {
+        // Libraries are opened read-only by the loader; writes (copies, image extraction)
+        // are not loads.
+        if open_flags & O_ACCMODE != O_RDONLY || !basename_is_libcuda(&ev.path, len) {
+            return None;
+        }
+        flags |= OPEN_LIBCUDA;
+    }
+    if len >= PATH_LEN - 1 {
+        flags |= OPEN_PATH_TRUNCATED;
+    }
+    let now = unsafe { bpf_ktime_get_ns() };
+    if unsafe { INFLIGHT_CUINIT.get(&tid) }.is_some() {
+        flags |= OPEN_IN_CUINIT;
+    }
+    ev.header = header(EVENT_OPEN, tgid, tid, now);
+    ev.start_ns = now;
+    ev.ret = 0;
+    ev.open_flags = open_flags as u32;
+    ev.flags = flags;
+    ev.node = kind;
+    ev.minor = minor;
+    PENDING_OPEN.insert(&tid, ev, 0).ok()
+}
+
+/// Whether the NUL-terminated path's last component starts with `libcuda.so`.
+///
+/// Scans backwards from the end for the last `/` with a loop bounded by a constant, and
+/// indexes the buffer only through [`path_at`], so verifiers back to 6.1 can prove every
+/// access in bounds and the loop finite.
+#[inline(always)]
+fn basename_is_libcuda(path: &[u8; PATH_LEN], len: usize) -> bool {
+    const NAME: &[u8; 10] = b"libcuda.so";
+    if len < NAME.len() || len > PATH_LEN {
+        return false;
+    }
+    let mut base = 0usize;
+    let mut k = 0usize;
+    while k < PATH_LEN {
+        if k >= len {
+            break;
+        }
+        let i = len - 1 - k;
+        if path_at(path, i) == b'/' {
+            base = i + 1;
+            break;
+        }
+        k += 1;
+    }
+    if base + NAME.len() > len {
+        return false;
+    }
+    let mut j = 0usize;
+    while j < NAME.len() {
+        if path_at(path, base + j) != NAME[j] {
+            return false;
+        }
+        j += 1;
+    }
+    true
+}
+
+/// `path[i % PATH_LEN]`, with the index passed through a volatile read first so LLVM cannot
+/// drop the mask on the grounds that it already knows the range: older verifiers (6.1) only
+/// accept the access when they see the mask themselves.
+#[inline(always)]
+fn path_at(path: &[u8; PATH_LEN], i: usize) -> u8 {
+    let i = unsafe { core::ptr::read_volatile(&i) } & (PATH_LEN - 1);
+    path[i]
+}
+
+/// `syscalls:sys_exit_openat` ([`SysExitArgs`]).
+#[tracepoint]
+pub fn openat_exit(ctx: TracePointContext) -> u32 {
+    let _ = try_openat_exit(&ctx);
+    0
+}
+
+fn try_openat_exit(ctx: &TracePointContext) -> Option<()> {
+    let (tgid, tid) = ids();
+    let pending = unsafe { PENDING_OPEN.get(&tid) }?;
+    let ev = SCRATCH_OPEN.get_ptr_mut(0)?;
+    let ev = unsafe { &mut *ev };
+    *ev = *pending;
+    let _ = PENDING_OPEN.remove(&tid);
+    let ret = unsafe { ctx.read_at::<SysExitArgs>(0) }.ok()?.ret;
+    let now = unsafe { bpf_ktime_get_ns() };
+    ev.ret = ret;
+    ev.header.ts_ns = now;
+    if ev.flags & OPEN_LIBCUDA != 0 {
+        if ret >= 0 {
+            emit(ev);
+        }
+        return Some(());
+    }
+    let errno = if ret < 0 { (-ret) as u32 } else { 0 };
+    let key = OpenKey {
+        node: ev.node,
+        minor: ev.minor,
+        _pad: 0,
+        errno,
+    };
+    count(&OPENS, &key);
+    if ret >= 0 {
+        let fl = if ev.open_flags as u64 & O_CLOEXEC != 0 {
+            FD_CLOEXEC
+        } else {
+            0
+        };
+        track_fd(tgid, ret as u32, ev.node, ev.minor, fl, now);
+    }
+    if ret < 0 || ev.flags & OPEN_IN_CUINIT != 0 {
+        emit(ev);
+    }
+    Some(())
+}
