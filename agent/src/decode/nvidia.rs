@@ -1,4 +1,5 @@
-//! NVIDIA and CUDA facts: ioctl names and params layouts, `NV_STATUS` and `CUresult` names.
+//! NVIDIA and CUDA facts: ioctl names and params layouts, ioctl result labels, `NV_STATUS` and
+//! `CUresult` names.
 //!
 //! Sources (NVIDIA open-gpu-kernel-modules, tag 590.48.01, unless noted):
 //! * UVM commands and params: `kernel-open/nvidia-uvm/uvm_ioctl.h`, `uvm_linux_ioctl.h`
@@ -12,7 +13,7 @@
 //! a name table keyed by number stays right for older and newer drivers; the status offsets
 //! are handed to the kernel side at start-up so a new driver needs no eBPF rebuild.
 
-use uvmwatch_common::node;
+use uvmwatch_common::{node, result};
 
 /// One UVM ioctl: request number, name, params size and `rmStatus` offset (bytes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -365,6 +366,17 @@ pub fn nv_status_label(code: u32) -> String {
     }
 }
 
+/// The `result` label of an ioctl result (`uvmwatch_common::result` kind and code): `OK`, the
+/// `NV_STATUS` label, the errno label, or `PARAMS_UNREADABLE`.
+pub fn ioctl_result_label(kind: u8, code: u32) -> String {
+    match kind {
+        result::OK => "OK".into(),
+        result::NV_STATUS => nv_status_label(code),
+        result::ERRNO => crate::decode::errno::label(code),
+        _ => "PARAMS_UNREADABLE".into(),
+    }
+}
+
 /// `CUresult` names (`cuda.h`) for the codes CUDA start-up returns and their neighbours.
 const CU_RESULTS: &[(i64, &str)] = &[
     (0, "CUDA_SUCCESS"),
@@ -477,5 +489,20 @@ mod tests {
         assert_eq!(crate::decode::errno::label(4095), "E4095");
         assert_eq!(node_label(node::GPU, 3), "nvidia3");
         assert_eq!(node_path(node::UVM, 0), "/dev/nvidia-uvm");
+    }
+
+    #[test]
+    fn ioctl_result_labels() {
+        assert_eq!(ioctl_result_label(result::NV_STATUS, 0), "NV_OK");
+        assert_eq!(
+            ioctl_result_label(result::NV_STATUS, 0x51),
+            "NV_ERR_NO_MEMORY"
+        );
+        assert_eq!(ioctl_result_label(result::ERRNO, 11), "EAGAIN");
+        assert_eq!(ioctl_result_label(result::OK, 0), "OK");
+        assert_eq!(
+            ioctl_result_label(result::UNREADABLE, 0),
+            "PARAMS_UNREADABLE"
+        );
     }
 }

@@ -21,7 +21,6 @@ use crate::{
         nvidia,
         record::{self, cstr, Event},
     },
-    export::metrics::ioctl_result_label,
     host::{
         discovery::{self, Discovery},
         procfs,
@@ -156,7 +155,7 @@ fn record(obs: &mut Observations, pid: u32, ev: &Event) {
             obs.failed_call = Some(SeenCall {
                 call: nvidia::ioctl_display(e.node, e.cmd),
                 node: nvidia::node_path(e.node, e.minor),
-                result: ioctl_result_label(e.result_kind, e.status),
+                result: nvidia::ioctl_result_label(e.result_kind, e.status),
                 seconds: e.header.ts_ns.saturating_sub(e.start_ns) as f64 / 1e9,
             });
         }

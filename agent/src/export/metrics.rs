@@ -18,7 +18,7 @@ use prometheus::{
     proto::{self, LabelPair, MetricFamily, MetricType},
     Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
-use uvmwatch_common::{counter, result, IoctlKey, LatencyHist, HIST_BUCKETS};
+use uvmwatch_common::{counter, IoctlKey, LatencyHist, HIST_BUCKETS};
 
 use crate::{
     decode::nvidia,
@@ -407,16 +407,6 @@ fn gauge_metric(v: f64) -> proto::Metric {
     proto::Metric::from_gauge(g)
 }
 
-/// The `result` label of an ioctl result key.
-pub fn ioctl_result_label(kind: u8, code: u32) -> String {
-    match kind {
-        result::OK => "OK".into(),
-        result::NV_STATUS => nvidia::nv_status_label(code),
-        result::ERRNO => crate::decode::errno::label(code),
-        _ => "PARAMS_UNREADABLE".into(),
-    }
-}
-
 /// Converts a kernel log2 histogram into Prometheus cumulative buckets (upper bounds in
 /// seconds: 2^(i+1) ns for kernel bucket i, from [`FIRST_EXPORTED_BUCKET`]).
 pub fn log2_to_buckets(b: &[u64; HIST_BUCKETS]) -> Vec<(f64, u64)> {
@@ -463,7 +453,7 @@ impl Collector for KernelCollector {
                     labels(&[
                         ("node", nvidia::node_label(node, minor)),
                         ("ioctl", nvidia::ioctl_label(node, cmd).to_string()),
-                        ("result", ioctl_result_label(result_kind, code)),
+                        ("result", nvidia::ioctl_result_label(result_kind, code)),
                     ]),
                     *n as f64,
                 )
@@ -566,7 +556,7 @@ impl Collector for KernelCollector {
                             "function",
                             crate::kernel::registry::kfunc_name(key.func).to_string(),
                         ),
-                        ("result", ioctl_result_label(key.kind, key.code)),
+                        ("result", nvidia::ioctl_result_label(key.kind, key.code)),
                     ]),
                     *n as f64,
                 )
@@ -657,21 +647,6 @@ mod tests {
         assert_eq!(at((1u64 << 21) as f64 / 1e9), 6);
         assert_eq!(out.last().unwrap().1, 6); // open-ended bucket only in +Inf
         assert!(out.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1));
-    }
-
-    #[test]
-    fn result_labels() {
-        assert_eq!(ioctl_result_label(result::NV_STATUS, 0), "NV_OK");
-        assert_eq!(
-            ioctl_result_label(result::NV_STATUS, 0x51),
-            "NV_ERR_NO_MEMORY"
-        );
-        assert_eq!(ioctl_result_label(result::ERRNO, 11), "EAGAIN");
-        assert_eq!(ioctl_result_label(result::OK, 0), "OK");
-        assert_eq!(
-            ioctl_result_label(result::UNREADABLE, 0),
-            "PARAMS_UNREADABLE"
-        );
     }
 
     #[test]

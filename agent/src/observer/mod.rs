@@ -561,7 +561,7 @@ impl Core {
         let node_path = nvidia::node_path(e.node, e.minor);
         let res = match e.result_kind {
             result::ERRNO => crate::decode::errno::label(e.status),
-            k => crate::export::metrics::ioctl_result_label(k, e.status),
+            k => nvidia::ioctl_result_label(k, e.status),
         };
         let dur = h.ts_ns.saturating_sub(e.start_ns);
         let secs = dur as f64 / 1e9;
