@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use serde_json::{json, Value};
 
 use super::facts::{Evidence, Fact, Observations};
-use super::finding::{Confidence, Finding, Severity, Where};
+use super::finding::{Finding, Severity};
 use super::rules::no_driver;
 
 /// Version of the JSON document [`render_json`] returns. Bumped on any change that is not a
@@ -108,14 +108,6 @@ impl Paint {
     }
 }
 
-fn where_tag(w: Where) -> &'static str {
-    match w {
-        Where::Host => "[host]",
-        Where::Container => "[container]",
-        Where::Any => "[any]",
-    }
-}
-
 /// The text report: worst finding first, one block per finding (severity, title,
 /// confidence; evidence with sources; what could not be checked; fix steps tagged
 /// `[host]`/`[container]`/`[any]`; runbook). With no finding: one "healthy" line (or "no
@@ -144,17 +136,13 @@ pub fn render_text(findings: &[Finding], evidence: &Evidence, color: bool) -> St
 }
 
 fn render_finding(out: &mut String, f: &Finding, p: &Paint) {
-    let conf = match f.confidence {
-        Confidence::High => "high",
-        Confidence::Medium => "medium",
-        Confidence::Low => "low",
-    };
     let _ = writeln!(
         out,
-        "{} {}: {} (confidence: {conf})",
+        "{} {}: {} (confidence: {})",
         p.severity(f.severity),
         p.bold(&f.rule),
-        f.title
+        f.title,
+        f.confidence.as_str()
     );
     if !f.evidence.is_empty() {
         let _ = writeln!(out, "  evidence:");
@@ -188,7 +176,7 @@ fn render_finding(out: &mut String, f: &Finding, p: &Paint) {
                 out,
                 "    {}. {} {}",
                 n + 1,
-                p.bold(where_tag(s.where_)),
+                p.bold(&format!("[{}]", s.where_.as_str())),
                 s.note
             );
             for c in &s.commands {
