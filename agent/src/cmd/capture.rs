@@ -68,8 +68,9 @@ impl CaptureArgs {
         }
     }
 
-    /// The agent's settings for this capture (no HTTP server).
-    pub fn run_config(&self) -> crate::observer::RunConfig {
+    /// The agent's settings for this capture (no HTTP server), reading the host's facts
+    /// below `host_root` (`--host-root`) when given.
+    pub fn run_config(&self, host_root: Option<PathBuf>) -> crate::observer::RunConfig {
         crate::observer::RunConfig {
             listen: None,
             stop_after: self.duration,
@@ -80,6 +81,7 @@ impl CaptureArgs {
             proc_scan: !self.no_proc_scan,
             proc_root: PathBuf::from("/proc"),
             evidence_root: None,
+            host_root,
             diagnosis_ttl: Duration::from_secs(600),
             evidence_refresh: Duration::from_secs(300),
             workload_labels: false,
@@ -142,11 +144,12 @@ async fn run_until_stopped(cfg: crate::observer::RunConfig, sink: CaptureSink) -
 }
 
 /// `uvmwatch capture`: runs the agent with a [`CaptureSink`], shows progress on a
-/// terminal, writes the trace at the end. Exit 0 when the file was written.
+/// terminal, writes the trace at the end. Exit 0 when the file was written. `host_root`
+/// (`--host-root`): where the host's `/` is mounted when run in a container.
 ///
 /// # Errors
 /// The agent could not start (not root, eBPF load) or the file could not be written.
-pub fn capture(args: CaptureArgs) -> Result<ExitCode> {
+pub fn capture(args: CaptureArgs, host_root: Option<PathBuf>) -> Result<ExitCode> {
     let sink = CaptureSink::new(
         args.filter(),
         args.format,
@@ -155,7 +158,7 @@ pub fn capture(args: CaptureArgs) -> Result<ExitCode> {
         PathBuf::from("/proc"),
     );
     let progress = sink.progress();
-    let cfg = args.run_config();
+    let cfg = args.run_config(host_root);
     let stop = Arc::new(AtomicBool::new(false));
     let shower = std::io::stderr().is_terminal().then(|| {
         let (p, s, o) = (progress.clone(), stop.clone(), args.output.clone());

@@ -1,6 +1,10 @@
 //! `uvmwatch doctor`: collect the host's facts, diagnose, report.
 
-use std::{path::PathBuf, process::ExitCode, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    process::ExitCode,
+    time::Duration,
+};
 
 use clap::ValueEnum;
 
@@ -41,8 +45,9 @@ pub struct DoctorArgs {
 }
 
 /// `uvmwatch doctor`: collect, diagnose, report. Exit codes: 0 healthy, 1 warning,
-/// 2 critical, 3 could not run (docs/doctor.md).
-pub fn doctor(a: DoctorArgs) -> anyhow::Result<ExitCode> {
+/// 2 critical, 3 could not run (docs/doctor.md). `host_root` (`--host-root`): where this
+/// machine's `/` is mounted when not at `/`.
+pub fn doctor(a: DoctorArgs, host_root: Option<&Path>) -> anyhow::Result<ExitCode> {
     use crate::doctor::{bundle, collect, probe, report, root::Recorder, root::Root, rules};
     use std::io::IsTerminal;
     let json = a.json || a.format == ReportFormat::Json;
@@ -50,7 +55,7 @@ pub fn doctor(a: DoctorArgs) -> anyhow::Result<ExitCode> {
         let recorder = Recorder::new();
         let (_tmp, root) = match &a.root {
             Some(p) => bundle::open_bundle(p)?,
-            None => (None, Root::Live),
+            None => (None, Root::live(host_root)),
         };
         let root = if a.bundle.is_some() {
             root.recording(&recorder)

@@ -120,13 +120,13 @@ pub fn main() -> ExitCode {
             );
             return ExitCode::from(2);
         }
-        crate::doctor::root::set_live_prefix(h);
     }
+    let host_root = cli.host_root;
     let r = match cli.cmd {
-        Cmd::Run(a) => run::run(a),
+        Cmd::Run(a) => run::run(a, host_root),
         Cmd::Probes { libcuda } => probes::probes(libcuda),
-        Cmd::Doctor(a) => doctor::doctor(a),
-        Cmd::Capture(a) => capture::capture(a),
+        Cmd::Doctor(a) => doctor::doctor(a, host_root.as_deref()),
+        Cmd::Capture(a) => capture::capture(a, host_root),
         Cmd::Annotate(a) => annotate::annotate(a),
         Cmd::CuinitChild { lib } => Ok(ExitCode::from(crate::doctor::probe::cuinit_child(&lib))),
         Cmd::MetricsDoc => {

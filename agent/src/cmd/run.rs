@@ -69,11 +69,12 @@ pub struct RunArgs {
     pub node_name: Option<String>,
 }
 
-/// `uvmwatch run`: runs the agent until SIGINT or SIGTERM.
+/// `uvmwatch run`: runs the agent until SIGINT or SIGTERM. `host_root` (`--host-root`):
+/// where the host's `/` is mounted when the agent runs in a container.
 ///
 /// # Errors
 /// The agent could not start (not root, eBPF load, listen address taken).
-pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
+pub fn run(a: RunArgs, host_root: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let cfg = observer::RunConfig {
         listen: Some(a.listen),
         stop_after: None,
@@ -84,6 +85,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         proc_scan: !a.no_proc_scan,
         proc_root: PathBuf::from("/proc"),
         evidence_root: a.evidence_root,
+        host_root,
         diagnosis_ttl: a.diagnosis_ttl,
         evidence_refresh: a.evidence_refresh,
         workload_labels: a.workload_labels,

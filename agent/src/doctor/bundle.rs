@@ -395,7 +395,7 @@ mod tests {
     #[test]
     fn live_round_trip() {
         let rec = Recorder::new();
-        let root = Root::Live.recording(&rec);
+        let root = Root::live(None).recording(&rec);
         let live = collect(&root);
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("doctor.tar.gz");

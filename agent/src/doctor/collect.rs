@@ -70,8 +70,9 @@ const MAX_LINKS: usize = 40;
 /// Reads every source through `root` and returns the evidence. Never panics and never
 /// fails; see the module documentation for how failures are reported.
 ///
-/// Live ([`Root::Live`]) this also opens each `/dev/nvidia*` node once (see
-/// [`Root::open_device`]) and runs `nvidia-smi -q` (at most 10 s).
+/// Live ([`Root::Live`]) this also runs `nvidia-smi -q` (at most 10 s) and, where the root
+/// allows it ([`Root::live`] without a host root), opens each `/dev/nvidia*` node once (see
+/// [`Root::open_device`]).
 pub fn collect(root: &Root) -> Evidence {
     let kernel = collect_kernel(root);
     let kernel_config = collect_kernel_config(root, kernel.get().map(|k| k.release.as_str()));
@@ -2626,7 +2627,7 @@ Jan 15 09:41:40 gpu17 kernel: NVRM: Xid (0000:18:00): 13, Graphics SM Warp Excep
 
     #[test]
     fn live_machine_without_driver() {
-        let ev = collect(&Root::Live);
+        let ev = collect(&Root::live(None));
         // This project's machines have no NVIDIA driver; on one that has, skip the checks
         // that assume its absence.
         if Path::new("/proc/driver/nvidia/version").exists() {

@@ -78,6 +78,9 @@ pub struct RunConfig {
     /// Read the diagnosis facts from this snapshot (directory or bundle) instead of the
     /// live system (`--evidence-root`; for replaying a machine's state and for tests).
     pub evidence_root: Option<PathBuf>,
+    /// Where the host's `/` is mounted when the agent runs in a container (`--host-root`):
+    /// the live facts are read below it.
+    pub host_root: Option<PathBuf>,
     /// How long a finding from an incident stays active in `uvmwatch_diagnosis`.
     pub diagnosis_ttl: Duration,
     /// How often the diagnosis facts are read again.
@@ -1360,14 +1363,13 @@ pub async fn run(cfg: RunConfig, sinks: Vec<Box<dyn Sink>>) -> Result<()> {
     )?))?;
 
     // The agent observes: it never opens GPU nodes itself to collect evidence.
-    crate::doctor::root::set_live_opens(false);
     let (_evidence_tmp, evidence_root) = match &cfg.evidence_root {
         Some(p) => {
             let (tmp, r) = crate::doctor::bundle::open_bundle(p)
                 .with_context(|| format!("--evidence-root {}", p.display()))?;
             (tmp, r)
         }
-        None => (None, Root::Live),
+        None => (None, Root::observer(cfg.host_root.as_deref())),
     };
     let evidence = collect::collect(&evidence_root);
     let (ev_tx, mut ev_rx) = tokio::sync::mpsc::unbounded_channel::<Evidence>();
