@@ -8,11 +8,11 @@
 use std::path::Path;
 
 use uvmwatch::doctor::collect::collect;
-use uvmwatch::doctor::collect::fixture::*;
 use uvmwatch::doctor::facts::{Evidence, Observations, SeenCall};
 use uvmwatch::doctor::finding::*;
 use uvmwatch::doctor::root::Root;
 use uvmwatch::doctor::rules::{diagnose, RULES};
+use uvmwatch_testbed::snapshot::*;
 
 // ---------------------------------------------------------------------------------------
 // Snapshot trees

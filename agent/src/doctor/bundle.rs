@@ -379,8 +379,8 @@ fn safe_relative(name: &Path) -> Result<Option<PathBuf>> {
 mod tests {
     use super::*;
     use crate::doctor::collect::collect;
-    use crate::doctor::collect::fixture::*;
     use crate::doctor::root::{Op, ReadError};
+    use uvmwatch_testbed::snapshot::*;
 
     /// Member names of a `.tar.gz`.
     fn member_names(path: &Path) -> Vec<String> {
