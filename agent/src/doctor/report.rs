@@ -257,22 +257,14 @@ fn unavailable_facts(e: &Evidence) -> Vec<String> {
 mod tests {
     use super::super::facts::{Fact, Observations};
     use super::super::finding::Confidence;
+    use super::super::fixtures::*;
     use super::super::rules::diagnose;
-    use super::super::rules::fixtures::*;
     use super::*;
-
-    fn incident() -> Observations {
-        process().cuinit(3, 0.412).opens(4).failed_call(
-            "UVM_REGISTER_GPU",
-            "/dev/nvidia-uvm",
-            "NV_ERR_NO_MEMORY",
-        )
-    }
 
     #[test]
     fn text_of_the_motivating_case() {
         let e = motivating_host();
-        let findings = diagnose(&e, &incident());
+        let findings = diagnose(&e, &register_gpu_no_memory());
         let text = render_text(&findings, &e, false);
         assert!(!text.contains('\x1b'), "{text}");
         assert!(
@@ -351,7 +343,7 @@ mod tests {
     #[test]
     fn json_document() {
         let e = motivating_host();
-        let o = incident();
+        let o = register_gpu_no_memory();
         let findings = diagnose(&e, &o);
         let v = render_json(&findings, &e, &o);
         assert_eq!(v["schema_version"], 1);

@@ -146,6 +146,17 @@ pub struct ProcessSpec {
     pub libcuda: Vec<String>,
 }
 
+impl ProcessSpec {
+    /// A `python3` process `pid` with these libcuda paths mapped.
+    pub fn python3(pid: u32, libcuda: &[&str]) -> Self {
+        ProcessSpec {
+            pid,
+            comm: "python3".to_string(),
+            libcuda: libcuda.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+}
+
 /// A machine to lay out as a snapshot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SnapshotSpec {

@@ -112,15 +112,9 @@ mod tests {
     use super::driver::DRIVER_VERSION_PATH;
     use super::*;
     use crate::doctor::facts::MappedLibcuda;
+    use crate::doctor::fixtures::snapshot_evidence;
     use std::path::Path;
     use uvmwatch_testbed::snapshot::*;
-
-    fn collect_spec(spec: &SnapshotSpec) -> (tempfile::TempDir, Evidence) {
-        let dir = tempfile::tempdir().unwrap();
-        write_snapshot_fixture(dir.path(), spec).unwrap();
-        let ev = collect(&Root::Snapshot(dir.path().to_path_buf()));
-        (dir, ev)
-    }
 
     fn why<T: std::fmt::Debug>(fact: &Fact<T>) -> String {
         fact.value.as_ref().unwrap_err().why.clone()
@@ -136,7 +130,7 @@ mod tests {
             }],
             ..SnapshotSpec::default()
         };
-        let (_dir, ev) = collect_spec(&spec);
+        let ev = snapshot_evidence(&spec);
         let driver = ev.driver.get().unwrap();
         assert_eq!(
             (driver.version.as_str(), driver.open_module),
@@ -208,7 +202,7 @@ mod tests {
             iomem_hmm: false,
             ..SnapshotSpec::default()
         };
-        let (_dir, ev) = collect_spec(&spec);
+        let ev = snapshot_evidence(&spec);
         assert_eq!(
             why(&ev.driver),
             "not present: the nvidia kernel module is not loaded (no /proc/driver/nvidia/version)"
@@ -253,7 +247,7 @@ mod tests {
             }],
             ..SnapshotSpec::default()
         };
-        let (_dir, ev) = collect_spec(&spec);
+        let ev = snapshot_evidence(&spec);
         assert!(!ev.driver.get().unwrap().open_module);
         assert_eq!(ev.uvm_params.get().unwrap()["uvm_disable_hmm"], "Y");
         assert_eq!(ev.devices.get().unwrap()["nvidia-uvm"], 511);
@@ -290,7 +284,7 @@ mod tests {
             (ContainerSpec::Podman, "podman"),
             (ContainerSpec::Lxc, "lxc"),
         ] {
-            let (_dir, ev) = collect_spec(&SnapshotSpec {
+            let ev = snapshot_evidence(&SnapshotSpec {
                 container,
                 ..SnapshotSpec::default()
             });

@@ -387,6 +387,14 @@ pub fn errno_name(errno: i32) -> String {
     }
 }
 
+/// Writes `contents` at `path`, creating its directories (for the tests of this module's
+/// parts).
+#[cfg(test)]
+fn write_test_file(path: &Path, contents: &[u8]) {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, contents).unwrap();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

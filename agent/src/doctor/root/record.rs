@@ -219,16 +219,8 @@ impl Recorder {
 
 #[cfg(test)]
 mod tests {
-    use std::fs;
-    use std::path::Path;
-
-    use super::super::Root;
+    use super::super::{write_test_file as write, Root};
     use super::*;
-
-    fn write(path: &Path, contents: &[u8]) {
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(path, contents).unwrap();
-    }
 
     #[test]
     fn recorder_keeps_what_was_read() {

@@ -422,13 +422,8 @@ fn replay_error(dir: &Path, op: Op, path: &str, err: io::Error) -> io::Error {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Root;
+    use super::super::{write_test_file as write, Root};
     use super::*;
-
-    fn write(path: &Path, contents: &[u8]) {
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(path, contents).unwrap();
-    }
 
     #[test]
     fn snapshot_reads_files_and_replays_errors() {
