@@ -44,6 +44,8 @@ mod slow_init;
 mod stale_after_suspend;
 mod version_mismatch;
 
+pub use hmm_setup_failure::HMM_CONF;
+
 use super::facts::{DriverInfo, Evidence, Fact, KernelLog, Observations, SeenCall, SmiInfo};
 use super::finding::{Confidence, EvidenceItem, Finding, FixStep, Severity, Where};
 use crate::decode::nvidia::cu_result_name;
@@ -152,6 +154,9 @@ pub fn no_driver(e: &Evidence) -> Option<String> {
     Some(format!("{}: {}", e.driver.source, why))
 }
 
+// ---------------------------------------------------------------------------------------
+// Constants several rules use
+
 /// `CUresult` codes (`cuda.h`).
 mod cu {
     pub const SUCCESS: i64 = 0;
@@ -185,6 +190,9 @@ const REGISTER_GPU: &str = "UVM_REGISTER_GPU";
 
 /// A failing `cuInit` that returns within this many seconds "returned quickly".
 const QUICK_SECONDS: f64 = 1.0;
+
+// ---------------------------------------------------------------------------------------
+// Reading the evidence
 
 fn driver(e: &Evidence) -> Option<&DriverInfo> {
     e.driver.get()
@@ -251,6 +259,9 @@ fn is_gpu_node(path: &str) -> bool {
     path.strip_prefix("/dev/nvidia")
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
+
+// ---------------------------------------------------------------------------------------
+// Building findings
 
 fn finding(rule: &str, severity: Severity, confidence: Confidence, title: String) -> Finding {
     Finding {
