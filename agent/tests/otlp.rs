@@ -24,10 +24,9 @@ use opentelemetry_proto::tonic::{
 };
 use prost::Message;
 use serde_json::Value;
-use uvmwatch::doctor::collect::fixture::{write_snapshot_fixture, SnapshotSpec};
 use uvmwatch_testbed::{
-    nv, FakeDev, FakeDevConfig, IoctlAction, IoctlRule, LibLocation, Scenario, Workload,
-    WorkloadConfig,
+    nv, write_snapshot_fixture, FakeDev, FakeDevConfig, IoctlAction, IoctlRule, LibLocation,
+    Scenario, SnapshotSpec, Workload, WorkloadConfig,
 };
 
 const T: Duration = Duration::from_secs(20);

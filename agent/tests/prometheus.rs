@@ -18,10 +18,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use common::{artifacts, Agent};
 use observability::*;
 use serde_json::Value;
-use uvmwatch::doctor::collect::fixture::{write_snapshot_fixture, SnapshotSpec};
 use uvmwatch_testbed::{
-    FakeDev, FakeDevConfig, IoctlAction, IoctlRule, LibLocation, OpenDenial, Scenario, Workload,
-    WorkloadConfig,
+    write_snapshot_fixture, FakeDev, FakeDevConfig, IoctlAction, IoctlRule, LibLocation,
+    OpenDenial, Scenario, SnapshotSpec, Workload, WorkloadConfig,
 };
 
 const T: Duration = Duration::from_secs(20);

@@ -1,19 +1,21 @@
 //! Test doubles that let integration tests drive the real uvmwatch agent on a machine
 //! without a GPU or an NVIDIA driver.
 //!
-//! Three parts:
+//! Four parts:
 //! - a fake `libcuda.so.1` (`c/fake_libcuda.c`) whose `cuInit` replays the opens and driver
 //!   ioctls of a real `cuInit`, with NVIDIA's real ioctl numbers (see [`nv`]);
 //! - `cuda-workload` (`c/cuda_workload.c`), a program that loads it and calls `cuInit`;
 //! - `uvmwatch-fakedev`, a FUSE server that serves the device nodes and can fail, delay or
-//!   hold any ioctl ([`FakeDev`]).
+//!   hold any ioctl ([`FakeDev`]);
+//! - snapshot trees of GPU machines for the doctor's tests ([`snapshot`]:
+//!   [`write_snapshot_fixture`] from a [`SnapshotSpec`]), which need nothing of the above.
 //!
 //! [`spawn_workload`] runs the workload in a private mount namespace whose `/dev` is a tmpfs
 //! holding the fake nodes at their real paths (`/dev/nvidiactl`, `/dev/nvidia0`,
 //! `/dev/nvidia-uvm`, ...), so an agent tracing `openat`/`ioctl` sees what it would see on
 //! a GPU machine. The host's `/dev` is never touched.
 //!
-//! Everything here needs root, `/dev/fuse`, `unshare` and `mount` (util-linux) and a C
+//! The first three need root, `/dev/fuse`, `unshare` and `mount` (util-linux) and a C
 //! compiler; [`check_environment`] says what is missing so a test can report it with
 //! [`skip`] and return.
 //!
@@ -41,6 +43,7 @@ mod fakedev;
 pub mod nv;
 pub mod procfs;
 pub mod rules;
+pub mod snapshot;
 mod workload;
 
 pub use artifacts::{
@@ -49,6 +52,7 @@ pub use artifacts::{
 };
 pub use fakedev::{FakeDev, FakeDevConfig, FAKEDEV_FSTYPE};
 pub use rules::{IoctlAction, IoctlRule, OpenDenial};
+pub use snapshot::{write_snapshot_fixture, SnapshotSpec};
 pub use workload::{
     parse_cuinit_lines, spawn_workload, spawn_workload_with_args, CuInitLine, LibLocation,
     Scenario, Workload, WorkloadConfig, WorkloadOutput, PRIVATE_LIB_DIR,

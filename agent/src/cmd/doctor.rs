@@ -57,7 +57,7 @@ pub struct DoctorArgs {
 
 /// `uvmwatch doctor`: collect, diagnose, report. Exit codes: 0 healthy, 1 warning,
 /// 2 critical, 3 could not run (docs/doctor.md).
-pub fn doctor(a: DoctorArgs, _g: &Global) -> anyhow::Result<ExitCode> {
+pub fn doctor(a: DoctorArgs, g: &Global) -> anyhow::Result<ExitCode> {
     use crate::doctor::{bundle, collect, report, root::Recorder, root::Root, rules};
     use std::io::IsTerminal;
     let json = a.json || a.format == ReportFormat::Json;
@@ -65,7 +65,7 @@ pub fn doctor(a: DoctorArgs, _g: &Global) -> anyhow::Result<ExitCode> {
         let recorder = Recorder::new();
         let (_tmp, root) = match &a.root {
             Some(p) => bundle::open_bundle(p)?,
-            None => (None, Root::Live),
+            None => (None, Root::live(g.host_root.as_deref())),
         };
         let root = if a.bundle.is_some() {
             root.recording(&recorder)

@@ -136,7 +136,6 @@ pub fn main() -> ExitCode {
             );
             return ExitCode::from(2);
         }
-        crate::doctor::root::set_live_prefix(h);
     }
     let r = match cli.cmd {
         Cmd::Run(a) => run::run(a, &global),

@@ -1,4 +1,5 @@
-//! NVIDIA and CUDA facts: ioctl names and params layouts, `NV_STATUS` and `CUresult` names.
+//! NVIDIA and CUDA facts: ioctl names and params layouts, ioctl result labels, `NV_STATUS` and
+//! `CUresult` names.
 //!
 //! Sources (NVIDIA open-gpu-kernel-modules, tag 590.48.01, unless noted):
 //! * UVM commands and params: `kernel-open/nvidia-uvm/uvm_ioctl.h`, `uvm_linux_ioctl.h`
@@ -365,6 +366,17 @@ pub fn nv_status_label(code: u32) -> String {
     }
 }
 
+/// The `result` label of an ioctl result (`uvmwatch_common::result` kind and code): `OK`, the
+/// `NV_STATUS` label, the errno label, or `PARAMS_UNREADABLE`.
+pub fn ioctl_result_label(kind: u8, code: u32) -> String {
+    match kind {
+        result::OK => "OK".into(),
+        result::NV_STATUS => nv_status_label(code),
+        result::ERRNO => crate::decode::errno::label(code),
+        _ => "PARAMS_UNREADABLE".into(),
+    }
+}
+
 /// `CUresult` names (`cuda.h`) for the codes CUDA start-up returns and their neighbours.
 const CU_RESULTS: &[(i64, &str)] = &[
     (0, "CUDA_SUCCESS"),
@@ -395,16 +407,6 @@ pub fn cu_result_name(code: i64) -> String {
     match CU_RESULTS.iter().find(|(c, _)| *c == code) {
         Some((_, n)) => n.to_string(),
         None => format!("CUDA_ERROR_{code}"),
-    }
-}
-
-/// The `result` label of an ioctl result key.
-pub fn ioctl_result_label(kind: u8, code: u32) -> String {
-    match kind {
-        result::OK => "OK".into(),
-        result::NV_STATUS => nv_status_label(code),
-        result::ERRNO => crate::decode::errno::label(code),
-        _ => "PARAMS_UNREADABLE".into(),
     }
 }
 

@@ -379,8 +379,8 @@ fn safe_relative(name: &Path) -> Result<Option<PathBuf>> {
 mod tests {
     use super::*;
     use crate::doctor::collect::collect;
-    use crate::doctor::collect::fixture::*;
     use crate::doctor::root::{Op, ReadError};
+    use uvmwatch_testbed::snapshot::*;
 
     /// Member names of a `.tar.gz`.
     fn member_names(path: &Path) -> Vec<String> {
@@ -395,7 +395,7 @@ mod tests {
     #[test]
     fn live_round_trip() {
         let rec = Recorder::new();
-        let root = Root::Live.recording(&rec);
+        let root = Root::live(None).recording(&rec);
         let live = collect(&root);
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("doctor.tar.gz");

@@ -1,7 +1,7 @@
 //! Typed evidence for the diagnosis rules, each fact with where it came from.
 //!
-//! Collectors (`collect.rs`) fill an [`Evidence`] from the live system or from a snapshot
-//! directory; rules (`rules.rs`) read it together with what the probes saw
+//! Collectors (`collect/`) fill an [`Evidence`] from the live system or from a snapshot
+//! directory; rules (`rules/`) read it together with what the probes saw
 //! ([`Observations`]) and return findings. A source that is missing or malformed is a fact
 //! too: [`Fact::value`] is then `Err(Unavailable)` with the reason, never a panic.
 

@@ -1,4 +1,7 @@
-//! What a rule concludes.
+//! What a rule concludes, and the one-line renderings of it that the log records and the
+//! exporters carry ([`EvidenceItem::line`], [`FixStep::line`], [`Finding::evidence_text`],
+//! [`Finding::fix_text`]). The text report of `uvmwatch doctor` lays a finding out on
+//! several lines instead (`report.rs`).
 
 use serde::{Deserialize, Serialize};
 
@@ -37,6 +40,17 @@ pub enum Confidence {
     High,
 }
 
+impl Confidence {
+    /// Lower-case name, as the JSON document and the text report write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Confidence::Low => "low",
+            Confidence::Medium => "medium",
+            Confidence::High => "high",
+        }
+    }
+}
+
 /// One piece of evidence a finding used.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EvidenceItem {
@@ -46,6 +60,13 @@ pub struct EvidenceItem {
     pub value: String,
     /// Where it came from: a path, a command, or `probe:<name>`.
     pub source: String,
+}
+
+impl EvidenceItem {
+    /// The item on one line: `what=value [source]`.
+    pub fn line(&self) -> String {
+        format!("{}={} [{}]", self.what, self.value, self.source)
+    }
 }
 
 /// Where a fix step must be run.
@@ -60,6 +81,17 @@ pub enum Where {
     Any,
 }
 
+impl Where {
+    /// Lower-case name, as the JSON document writes it: `host`, `container`, `any`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Where::Host => "host",
+            Where::Container => "container",
+            Where::Any => "any",
+        }
+    }
+}
+
 /// One step of the fix.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FixStep {
@@ -70,6 +102,18 @@ pub struct FixStep {
     pub commands: Vec<String>,
     /// What the step does and why.
     pub note: String,
+}
+
+impl FixStep {
+    /// The step on one line: `[host] cmd; cmd`, or `[host] note` when it has no command.
+    pub fn line(&self) -> String {
+        let what = if self.commands.is_empty() {
+            self.note.clone()
+        } else {
+            self.commands.join("; ")
+        };
+        format!("[{}] {what}", self.where_.as_str())
+    }
 }
 
 /// A rule's conclusion.
@@ -91,4 +135,98 @@ pub struct Finding {
     pub fix: Vec<FixStep>,
     /// Runbook path in the repository: `docs/runbooks/<rule>.md`.
     pub runbook: String,
+}
+
+impl Finding {
+    /// The evidence on one line: each item's [`EvidenceItem::line`], joined by `; `.
+    pub fn evidence_text(&self) -> String {
+        self.evidence
+            .iter()
+            .map(EvidenceItem::line)
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// The fix on one line, numbered: `(1) [host] ... (2) [any] ...` (each step's
+    /// [`FixStep::line`], joined by a space).
+    pub fn fix_text(&self) -> String {
+        self.fix
+            .iter()
+            .enumerate()
+            .map(|(i, step)| format!("({}) {}", i + 1, step.line()))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(where_: Where, commands: &[&str], note: &str) -> FixStep {
+        FixStep {
+            where_,
+            commands: commands.iter().map(|c| c.to_string()).collect(),
+            note: note.to_string(),
+        }
+    }
+
+    #[test]
+    fn one_line_renderings() {
+        let f = Finding {
+            rule: "hmm_setup_failure".into(),
+            title: "t".into(),
+            severity: Severity::Critical,
+            confidence: Confidence::High,
+            evidence: vec![
+                EvidenceItem {
+                    what: "uvm_disable_hmm".into(),
+                    value: "N".into(),
+                    source: "/sys/module/nvidia_uvm/parameters".into(),
+                },
+                EvidenceItem {
+                    what: "cuInit returned".into(),
+                    value: "3".into(),
+                    source: "probe:cuInit".into(),
+                },
+            ],
+            unchecked: vec![],
+            fix: vec![
+                step(Where::Host, &["a", "b"], "ignored when there are commands"),
+                step(Where::Any, &[], "read the runbook"),
+                step(Where::Container, &["c"], "n"),
+            ],
+            runbook: "docs/runbooks/hmm_setup_failure.md".into(),
+        };
+        assert_eq!(
+            f.evidence_text(),
+            "uvm_disable_hmm=N [/sys/module/nvidia_uvm/parameters]; cuInit returned=3 [probe:cuInit]"
+        );
+        assert_eq!(
+            f.fix_text(),
+            "(1) [host] a; b (2) [any] read the runbook (3) [container] c"
+        );
+        let empty = Finding {
+            evidence: vec![],
+            fix: vec![],
+            ..f
+        };
+        assert_eq!(
+            (empty.evidence_text(), empty.fix_text()),
+            (String::new(), String::new())
+        );
+    }
+
+    #[test]
+    fn names_are_the_json_names() {
+        for w in [Where::Host, Where::Container, Where::Any] {
+            assert_eq!(serde_json::to_value(w).unwrap(), w.as_str());
+        }
+        for c in [Confidence::Low, Confidence::Medium, Confidence::High] {
+            assert_eq!(serde_json::to_value(c).unwrap(), c.as_str());
+        }
+        for s in [Severity::Info, Severity::Warning, Severity::Critical] {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+    }
 }

@@ -2,14 +2,18 @@
 //!
 //! [`collect`] reads evidence (live or from a snapshot, through [`root`]) into
 //! [`facts::Evidence`]; [`rules`] turn evidence plus what the probes saw
-//! ([`facts::Observations`]) into [`finding::Finding`]s; [`report`] renders them; [`bundle`]
-//! saves what was read so the diagnosis can be re-run elsewhere; [`probe`] runs one real
-//! `cuInit` under the probes (`doctor --probe`).
+//! ([`facts::Observations`]) into [`finding::Finding`]s (which render themselves on one line
+//! for logs and exporters); [`report`] renders them for `uvmwatch doctor`; [`bundle`]
+//! saves what was read so the diagnosis can be re-run elsewhere (`doctor --probe`, one real
+//! `cuInit` under the observer, is `cmd/doctor.rs`). The unit tests share one set of
+//! evidence and observation builders (`fixtures.rs`, test builds only).
 
 pub mod bundle;
 pub mod collect;
 pub mod facts;
 pub mod finding;
+#[cfg(test)]
+mod fixtures;
 pub mod report;
 pub mod root;
 pub mod rules;

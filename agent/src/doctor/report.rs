@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use serde_json::{json, Value};
 
 use super::facts::{Evidence, Fact, Observations};
-use super::finding::{Confidence, Finding, Severity, Where};
+use super::finding::{Finding, Severity};
 use super::rules::no_driver;
 
 /// Version of the JSON document [`render_json`] returns. Bumped on any change that is not a
@@ -108,14 +108,6 @@ impl Paint {
     }
 }
 
-fn where_tag(w: Where) -> &'static str {
-    match w {
-        Where::Host => "[host]",
-        Where::Container => "[container]",
-        Where::Any => "[any]",
-    }
-}
-
 /// The text report: worst finding first, one block per finding (severity, title,
 /// confidence; evidence with sources; what could not be checked; fix steps tagged
 /// `[host]`/`[container]`/`[any]`; runbook). With no finding: one "healthy" line (or "no
@@ -144,17 +136,13 @@ pub fn render_text(findings: &[Finding], evidence: &Evidence, color: bool) -> St
 }
 
 fn render_finding(out: &mut String, f: &Finding, p: &Paint) {
-    let conf = match f.confidence {
-        Confidence::High => "high",
-        Confidence::Medium => "medium",
-        Confidence::Low => "low",
-    };
     let _ = writeln!(
         out,
-        "{} {}: {} (confidence: {conf})",
+        "{} {}: {} (confidence: {})",
         p.severity(f.severity),
         p.bold(&f.rule),
-        f.title
+        f.title,
+        f.confidence.as_str()
     );
     if !f.evidence.is_empty() {
         let _ = writeln!(out, "  evidence:");
@@ -188,7 +176,7 @@ fn render_finding(out: &mut String, f: &Finding, p: &Paint) {
                 out,
                 "    {}. {} {}",
                 n + 1,
-                p.bold(where_tag(s.where_)),
+                p.bold(&format!("[{}]", s.where_.as_str())),
                 s.note
             );
             for c in &s.commands {
@@ -269,22 +257,14 @@ fn unavailable_facts(e: &Evidence) -> Vec<String> {
 mod tests {
     use super::super::facts::{Fact, Observations};
     use super::super::finding::Confidence;
+    use super::super::fixtures::*;
     use super::super::rules::diagnose;
-    use super::super::rules::fixtures::*;
     use super::*;
-
-    fn incident() -> Observations {
-        process().cuinit(3, 0.412).opens(4).failed_call(
-            "UVM_REGISTER_GPU",
-            "/dev/nvidia-uvm",
-            "NV_ERR_NO_MEMORY",
-        )
-    }
 
     #[test]
     fn text_of_the_motivating_case() {
         let e = motivating_host();
-        let findings = diagnose(&e, &incident());
+        let findings = diagnose(&e, &register_gpu_no_memory());
         let text = render_text(&findings, &e, false);
         assert!(!text.contains('\x1b'), "{text}");
         assert!(
@@ -363,7 +343,7 @@ mod tests {
     #[test]
     fn json_document() {
         let e = motivating_host();
-        let o = incident();
+        let o = register_gpu_no_memory();
         let findings = diagnose(&e, &o);
         let v = render_json(&findings, &e, &o);
         assert_eq!(v["schema_version"], 1);

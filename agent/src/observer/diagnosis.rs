@@ -67,11 +67,8 @@ impl Diagnosis {
         let (snapshot, root) = match from {
             FactsFrom::Snapshot(p) => bundle::open_bundle(p)
                 .with_context(|| format!("--evidence-root {}", p.display()))?,
-            FactsFrom::Live { .. } => {
-                // The agent observes: it never opens GPU nodes itself to collect evidence.
-                crate::doctor::root::set_live_opens(false);
-                (None, Root::Live)
-            }
+            // The agent observes: it never opens GPU nodes itself to collect evidence.
+            FactsFrom::Live { host_root } => (None, Root::observer(host_root.as_deref())),
         };
         let evidence = collect::collect(&root);
         let (tx, refreshed) = mpsc::channel();

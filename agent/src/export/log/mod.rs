@@ -12,7 +12,7 @@ pub mod text;
 use std::sync::Arc;
 
 use crate::{
-    doctor::finding::{Finding, FixStep, Where},
+    doctor::finding::Finding,
     event::{
         CallKind, CuinitEnd, Diagnosis, Event, Ioctl, Kind, Open, Stall, StallEnd, StallOutcome,
         Started, Trigger,
@@ -463,9 +463,9 @@ impl LogListener {
             severity = f.severity.as_str(),
             confidence = ?f.confidence,
             title = %f.title,
-            evidence = %evidence_text(f),
+            evidence = %f.evidence_text(),
             unchecked = %f.unchecked.join("; "),
-            fix = %fix_text(f),
+            fix = %f.fix_text(),
             runbook = %f.runbook,
             "diagnosis"
         );
@@ -592,39 +592,6 @@ fn seconds(end_ns: u64, start_ns: u64) -> f64 {
     end_ns.saturating_sub(start_ns) as f64 / 1e9
 }
 
-/// A fix step as one line: `[host] cmd; cmd`, or `[host] note` for a manual step.
-fn fix_line(step: &FixStep) -> String {
-    let w = match step.where_ {
-        Where::Host => "host",
-        Where::Container => "container",
-        Where::Any => "any",
-    };
-    if step.commands.is_empty() {
-        format!("[{w}] {}", step.note)
-    } else {
-        format!("[{w}] {}", step.commands.join("; "))
-    }
-}
-
-/// The fix, numbered: `(1) [host] ... (2) ...`.
-fn fix_text(f: &Finding) -> String {
-    f.fix
-        .iter()
-        .enumerate()
-        .map(|(i, st)| format!("({}) {}", i + 1, fix_line(st)))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// The evidence: `what=value [source]; ...`.
-fn evidence_text(f: &Finding) -> String {
-    f.evidence
-        .iter()
-        .map(|e| format!("{}={} [{}]", e.what, e.value, e.source))
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
 /// The diagnosis fields of a failure or stall record.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DiagnosisFields {
@@ -649,7 +616,7 @@ impl DiagnosisFields {
                 .collect::<Vec<_>>()
                 .join(","),
             title: worst.map(|f| f.title.clone()).unwrap_or_default(),
-            fix: worst.map(|f| fix_text(f)).unwrap_or_default(),
+            fix: worst.map(|f| f.fix_text()).unwrap_or_default(),
             runbook: worst.map(|f| f.runbook.clone()).unwrap_or_default(),
         }
     }
@@ -658,7 +625,7 @@ impl DiagnosisFields {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::doctor::finding::{Confidence, Severity};
+    use crate::doctor::finding::{Confidence, FixStep, Severity, Where};
     use crate::event::{testing as mk, Listener};
     use std::sync::Mutex;
 

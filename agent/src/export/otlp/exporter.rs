@@ -668,11 +668,7 @@ impl Exporter {
     }
 
     fn diagnosis(&mut self, proc: &Arc<Process>, ts_ns: u64, f: &Finding) {
-        let evidence: Vec<String> = f
-            .evidence
-            .iter()
-            .map(|e| format!("{}={} [{}]", e.what, e.value, e.source))
-            .collect();
+        let evidence = f.evidence_text();
         let fix: Vec<String> = f
             .fix
             .iter()
@@ -687,15 +683,12 @@ impl Exporter {
         let mut a = vec![
             kv_str("uvmwatch.diagnosis.rule", f.rule.clone()),
             kv_str("uvmwatch.diagnosis.severity", f.severity.as_str()),
-            kv_str(
-                "uvmwatch.diagnosis.confidence",
-                format!("{:?}", f.confidence).to_ascii_lowercase(),
-            ),
+            kv_str("uvmwatch.diagnosis.confidence", f.confidence.as_str()),
             kv_str("uvmwatch.diagnosis.title", f.title.clone()),
             kv_str("uvmwatch.diagnosis.runbook", f.runbook.clone()),
         ];
         if !evidence.is_empty() {
-            a.push(kv_str("uvmwatch.diagnosis.evidence", evidence.join("; ")));
+            a.push(kv_str("uvmwatch.diagnosis.evidence", evidence));
         }
         if !fix.is_empty() {
             a.push(kv_str("uvmwatch.diagnosis.fix", fix.join(" | ")));

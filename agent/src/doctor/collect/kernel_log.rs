@@ -1,0 +1,278 @@
+//! The kernel log (`/dev/kmsg` or `dmesg`): the NVIDIA lines, Xids, API mismatches, adapter
+//! failures, HMM set-up errors, resumes, and reports (lockups, hung tasks, oops) in NVIDIA
+//! code.
+
+use super::super::facts::{Fact, KernelLog};
+use super::super::root::Root;
+
+/// Most `nvidia_lines` kept from the kernel log (the last ones).
+pub const MAX_NVIDIA_LINES: usize = 200;
+
+/// The kernel log through [`Root::kernel_log`], parsed ([`parse_kernel_log`]).
+pub(super) fn collect_kernel_log(root: &Root) -> Fact<KernelLog> {
+    match root.kernel_log() {
+        Ok((text, source)) => Fact::ok(parse_kernel_log(&text), source),
+        Err(err) => Fact::unavailable(err.to_string(), "/dev/kmsg, dmesg"),
+    }
+}
+
+/// Most lines of a kernel report (after its first line) searched for nvidia frames.
+const MAX_REPORT_LINES: usize = 120;
+
+/// Parses the kernel log (`dmesg` text; `[timestamp]` prefixes and `journalctl -k`
+/// `... kernel: ` prefixes are allowed) into the [`KernelLog`] fields:
+/// - `nvidia_lines`: messages starting with `NVRM:` or containing `nvidia-uvm:` or `nvidia:`
+///   (the last [`MAX_NVIDIA_LINES`]);
+/// - `xids`: the number after `Xid (<pci>):` (`nv_report_error`), in order;
+/// - `api_mismatch`: the last `API mismatch` line;
+/// - `adapter_init_failed`: `RmInitAdapter failed` / `rm_init_adapter failed` lines;
+/// - `driver_hangs`: the first line of each soft lockup, hard lockup, RCU stall, hung task,
+///   oops, BUG, general protection fault or WARNING report whose lines name an nvidia
+///   symbol (see [`names_nvidia_symbol`]);
+/// - `hmm_errors`: `request_free_mem_region() err` lines (`uvm_debug_prints=1`);
+/// - `resumed_after_uvm_load`: a `PM: suspend exit`, `PM: hibernation: hibernation exit` or
+///   `ACPI: PM: Waking up` line after the last `nvidia-uvm: Loaded the UVM driver` line.
+///
+/// Lines are kept as they were read (with their timestamps).
+pub fn parse_kernel_log(text: &str) -> KernelLog {
+    let lines: Vec<&str> = text.lines().map(str::trim_end).collect();
+    let mut log = KernelLog::default();
+    let mut last_load = None;
+    let mut last_resume = None;
+    for (i, line) in lines.iter().enumerate() {
+        let msg = kernel_message(line);
+        if msg.starts_with("NVRM:") || msg.contains("nvidia-uvm:") || msg.contains("nvidia:") {
+            log.nvidia_lines.push(line.to_string());
+        }
+        if let Some(xid) = parse_xid(msg) {
+            log.xids.push(xid);
+        }
+        if msg.contains("API mismatch") {
+            log.api_mismatch = Some(line.to_string());
+        }
+        if msg.contains("RmInitAdapter failed") || msg.contains("rm_init_adapter failed") {
+            log.adapter_init_failed.push(line.to_string());
+        }
+        if msg.contains("request_free_mem_region() err") {
+            log.hmm_errors.push(line.to_string());
+        }
+        if msg.contains("nvidia-uvm: Loaded the UVM driver") {
+            last_load = Some(i);
+        }
+        if msg.contains("PM: suspend exit")
+            || msg.contains("PM: hibernation: hibernation exit")
+            || msg.contains("ACPI: PM: Waking up")
+        {
+            last_resume = Some(i);
+        }
+    }
+    if log.nvidia_lines.len() > MAX_NVIDIA_LINES {
+        log.nvidia_lines
+            .drain(..log.nvidia_lines.len() - MAX_NVIDIA_LINES);
+    }
+    log.resumed_after_uvm_load = matches!((last_load, last_resume), (Some(l), Some(r)) if r > l);
+    log.driver_hangs = hang_reports(&lines);
+    log
+}
+
+/// The message of a kernel log line: without a leading `[...]` timestamp (`dmesg`,
+/// `dmesg -T`) or a `journalctl` prefix up to `kernel: `.
+fn kernel_message(line: &str) -> &str {
+    let mut msg = line.trim_start();
+    if msg.starts_with('[') {
+        if let Some(end) = msg.find(']') {
+            msg = &msg[end + 1..];
+        }
+    } else if let Some(pos) = msg.find(" kernel: ") {
+        msg = &msg[pos + " kernel: ".len()..];
+    }
+    msg.trim_start()
+}
+
+/// Xid number of an `NVRM: Xid (PCI:0000:17:00): 79, pid=...` message.
+fn parse_xid(msg: &str) -> Option<u32> {
+    let rest = &msg[msg.find("Xid (")? + "Xid (".len()..];
+    let rest = &rest[rest.find(')')? + 1..];
+    let rest = rest.strip_prefix(':')?.trim_start();
+    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+    digits.parse().ok()
+}
+
+/// Whether a message opens a kernel report: soft/hard lockup, RCU stall, hung task, oops,
+/// BUG, general protection fault, WARNING.
+fn is_report_start(msg: &str) -> bool {
+    msg.contains("soft lockup")
+        || msg.contains("hard LOCKUP")
+        || (msg.contains("INFO: task ") && msg.contains("blocked for more than"))
+        || msg.contains("self-detected stall")
+        || msg.contains("detected stalls on CPUs/tasks")
+        || msg.contains("detected expedited stalls")
+        || msg.starts_with("BUG: ")
+        || msg.starts_with("kernel BUG at")
+        || msg.starts_with("Oops:")
+        || msg.starts_with("general protection fault")
+        || msg.starts_with("WARNING: CPU:")
+        || msg.starts_with("WARNING: at ")
+}
+
+/// Whether a report line names an nvidia symbol: a `[nvidia...]` module tag, or a frame
+/// `name+0x../0x..` whose name starts with `uvm_`, `nv_`, `os_` or `_nv0` (the prefixes
+/// of nvidia.ko and nvidia-uvm.ko functions). The `Modules linked in:` line never counts.
+pub fn names_nvidia_symbol(msg: &str) -> bool {
+    if msg.contains("Modules linked in") {
+        return false;
+    }
+    if msg.contains("[nvidia") {
+        return true;
+    }
+    msg.split(|c: char| c.is_whitespace() || c == ':')
+        .map(|t| t.trim_start_matches('?'))
+        .any(|t| {
+            (t.starts_with("uvm_")
+                || t.starts_with("nv_")
+                || t.starts_with("os_")
+                || t.starts_with("_nv0"))
+                && t.contains("+0x")
+        })
+}
+
+/// First lines of the reports that name an nvidia symbol. A report runs from its first line
+/// to `---[ end trace`, `</TASK>`, the next report or [`MAX_REPORT_LINES`] lines; a report
+/// line met before any frame (`Oops:` after `BUG: unable to handle ...`) continues the same
+/// report.
+fn hang_reports(lines: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let msg = kernel_message(lines[i]);
+        if !is_report_start(msg) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let mut nvidia = names_nvidia_symbol(msg);
+        let mut seen_frames = false;
+        let mut j = i + 1;
+        while j < lines.len() && j - start <= MAX_REPORT_LINES {
+            let m = kernel_message(lines[j]);
+            if is_report_start(m) {
+                if seen_frames {
+                    break;
+                }
+                nvidia |= names_nvidia_symbol(m);
+                j += 1;
+                continue;
+            }
+            if m.starts_with("Call Trace") || m.starts_with("RIP:") || m.contains("+0x") {
+                seen_frames = true;
+            }
+            nvidia |= names_nvidia_symbol(m);
+            j += 1;
+            if m.starts_with("---[ end trace") || m.starts_with("</TASK>") {
+                break;
+            }
+        }
+        if nvidia {
+            out.push(lines[start].to_string());
+        }
+        i = j.max(start + 1);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uvmwatch_testbed::snapshot::*;
+
+    #[test]
+    fn kernel_log_fields() {
+        let driver = DriverSpec::open("590.48.01");
+        let boot = boot_dmesg(&driver, 508);
+        let log = parse_kernel_log(&boot);
+        assert!(log.xids.is_empty());
+        assert!(log.driver_hangs.is_empty());
+        assert!(!log.resumed_after_uvm_load);
+        assert_eq!(log.api_mismatch, None);
+        assert!(log
+            .nvidia_lines
+            .iter()
+            .any(|l| l.contains("nvidia-uvm: Loaded the UVM driver")));
+        assert!(log.nvidia_lines.iter().any(|l| l.contains("NVRM: loading")));
+        assert!(!log
+            .nvidia_lines
+            .iter()
+            .any(|l| l.contains("enabling device")));
+
+        let text = format!(
+            "{boot}{DMESG_API_MISMATCH}{DMESG_ADAPTER_INIT_FAILED}{DMESG_XID_79}{DMESG_HMM_ERR_34}{DMESG_HUNG_TASK_OTHER}{DMESG_HUNG_TASK_UVM}{DMESG_SOFT_LOCKUP_UVM}{DMESG_RESUME}"
+        );
+        let log = parse_kernel_log(&text);
+        assert_eq!(log.xids, [79]);
+        assert!(log
+            .api_mismatch
+            .as_deref()
+            .unwrap()
+            .contains("NVRM: API mismatch: the client has the version 550.54.15"));
+        assert_eq!(log.adapter_init_failed.len(), 2);
+        assert_eq!(log.hmm_errors.len(), 1);
+        assert!(log.hmm_errors[0].contains("err -34"));
+        assert_eq!(log.driver_hangs.len(), 2, "{:#?}", log.driver_hangs);
+        assert!(log.driver_hangs[0].contains("INFO: task python3:2817 blocked"));
+        assert!(log.driver_hangs[1].contains("soft lockup"));
+        assert!(log.resumed_after_uvm_load);
+
+        // Reloading nvidia_uvm after the resume clears the condition.
+        let reloaded = format!(
+            "{text}[ 9100.000000] nvidia-uvm: Loaded the UVM driver, major device number 508.\n"
+        );
+        assert!(!parse_kernel_log(&reloaded).resumed_after_uvm_load);
+        // A resume before the driver was loaded does not count.
+        assert!(!parse_kernel_log(&format!("{DMESG_RESUME}{boot}")).resumed_after_uvm_load);
+    }
+
+    #[test]
+    fn kernel_log_reports_and_formats() {
+        // Oops following its BUG line is one report; journalctl prefixes; WARN with tag.
+        let text = "\
+Jan 15 09:41:27 gpu17 kernel: BUG: kernel NULL pointer dereference, address: 0000000000000008
+Jan 15 09:41:27 gpu17 kernel: #PF: supervisor read access in kernel mode
+Jan 15 09:41:27 gpu17 kernel: Oops: 0000 [#1] PREEMPT SMP NOPTI
+Jan 15 09:41:27 gpu17 kernel: RIP: 0010:_nv012345rm+0x1d/0x30 [nvidia]
+Jan 15 09:41:27 gpu17 kernel: Call Trace:
+Jan 15 09:41:27 gpu17 kernel:  <TASK>
+Jan 15 09:41:27 gpu17 kernel:  os_acquire_spinlock+0x12/0x30 [nvidia]
+Jan 15 09:41:27 gpu17 kernel:  </TASK>
+Jan 15 09:41:30 gpu17 kernel: WARNING: CPU: 3 PID: 2817 at /var/lib/dkms/nvidia/590.48.01/build/nvidia-uvm/uvm_va_space.c:412 uvm_va_space_destroy+0x3a1/0x3f0 [nvidia_uvm]
+Jan 15 09:41:30 gpu17 kernel: ---[ end trace 0000000000000000 ]---
+Jan 15 09:41:31 gpu17 kernel: WARNING: CPU: 1 PID: 1 at mm/page_alloc.c:4410 __alloc_pages+0x2d5/0x350
+Jan 15 09:41:31 gpu17 kernel: Modules linked in: nvidia_uvm(OE) nvidia(OE)
+Jan 15 09:41:31 gpu17 kernel: Call Trace:
+Jan 15 09:41:31 gpu17 kernel:  alloc_pages_mpol+0x91/0x1f0
+Jan 15 09:41:31 gpu17 kernel: ---[ end trace 0000000000000000 ]---
+Jan 15 09:41:40 gpu17 kernel: NVRM: Xid (0000:18:00): 13, Graphics SM Warp Exception
+[Thu Jan 15 09:42:00 2026] NVRM: Xid (PCI:0000:2a:00): 119, pid=912, name=nvidia-smi, Timeout after 6s of waiting for RPC response from GPU1 GSP!
+";
+        let log = parse_kernel_log(text);
+        assert_eq!(log.driver_hangs.len(), 2, "{:#?}", log.driver_hangs);
+        assert!(log.driver_hangs[0].contains("BUG: kernel NULL pointer"));
+        assert!(log.driver_hangs[1].contains("uvm_va_space_destroy"));
+        assert_eq!(log.xids, [13, 119]);
+        assert_eq!(log.nvidia_lines.len(), 2);
+
+        assert!(names_nvidia_symbol(" ? nv_ioctl+0x5a/0x80"));
+        assert!(!names_nvidia_symbol(
+            "Modules linked in: nvidia_uvm(OE) [nvidia]"
+        ));
+        assert!(!names_nvidia_symbol(" nvme_poll+0x12/0x30"));
+        assert!(!names_nvidia_symbol(" osq_lock+0x12/0x30"));
+
+        // Only the last MAX_NVIDIA_LINES lines are kept.
+        let many: String = (0..250)
+            .map(|i| format!("[ {i}.000000] NVRM: line {i}\n"))
+            .collect();
+        let log = parse_kernel_log(&many);
+        assert_eq!(log.nvidia_lines.len(), MAX_NVIDIA_LINES);
+        assert!(log.nvidia_lines[0].ends_with("line 50"));
+    }
+}

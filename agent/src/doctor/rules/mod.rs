@@ -1,0 +1,494 @@
+//! Diagnosis rules: one per class of failure in `shared/reference/failure-classes.md`.
+//!
+//! Each rule is a small pure function of the static [`Evidence`] and of what the probes saw
+//! for one process ([`Observations`], all defaults for a plain `uvmwatch doctor`). Several
+//! classes share a CUDA error code, so no rule fires on a code alone: each one also needs a
+//! signal specific to its class. A rule never claims a class whose defining signal it could
+//! not observe: it lowers its confidence instead and lists in [`Finding::unchecked`] what it
+//! could not see (a probe that is not attached here, a file it could not read).
+//!
+//! Sources of the facts the rules rely on:
+//! * CUDA driver API `cuda.h` (CUDA 12/13): the `CUresult` codes (`CUDA_ERROR_*`);
+//! * NVIDIA open-gpu-kernel-modules 590.48.01, `kernel-open/nvidia-uvm/`: `UVM_REGISTER_GPU`
+//!   is where UVM brings a GPU up, HMM device memory included, and reports a failure in its
+//!   `rmStatus` (`NV_ERR_NO_MEMORY` when `request_free_mem_region` fails), the
+//!   `uvm_disable_hmm` and `uvm_debug_prints` module parameters (summarised in
+//!   `shared/reference/nvidia-uvm.md`);
+//! * NVIDIA CUDA Toolkit release notes (12.9 and 13.x), known issue "CUDA initialization can
+//!   fail on certain Linux kernels with KASLR enabled": the
+//!   `request_free_mem_region() err -34` message and the `nokaslr` / `uvm_disable_hmm=1`
+//!   workarounds;
+//! * Linux commit ea72ce5da228 ("x86/kaslr: Expose and use the end of the physical memory
+//!   address space", tip x86/urgent, August 2024, mainline from 6.11): the kernel-side fix;
+//! * NVIDIA Fabric Manager user guide (NVSwitch systems), CUDA Compatibility guide (forward
+//!   compatibility, data-center GPUs only), NVIDIA persistence daemon documentation, NVIDIA
+//!   driver README "Configuring Power Management Support" (suspend/resume services);
+//! * Linux `Documentation/admin-guide/cgroup-v1/devices.rst`: the device allow-list format
+//!   (`c 195:* rwm`).
+//!
+//! One file per rule (`hmm_setup_failure.rs`, `driver_hang.rs`, ...) holds its `check` and
+//! its tests; this module holds the registry ([`RULES`]), [`diagnose`] and its ranking, and
+//! the helpers several rules share (reading the evidence, building findings).
+
+mod adapter_init_failure;
+mod device_permission;
+mod driver_hang;
+mod fabric_not_ready;
+#[cfg(test)]
+mod finding_checks;
+mod fork_after_init;
+mod hmm_setup_failure;
+mod node_or_module_missing;
+mod policy_or_partition;
+mod slow_init;
+mod stale_after_suspend;
+mod version_mismatch;
+
+pub use hmm_setup_failure::HMM_CONF;
+
+use super::facts::{DriverInfo, Evidence, Fact, KernelLog, Observations, SeenCall, SmiInfo};
+use super::finding::{Confidence, EvidenceItem, Finding, FixStep, Severity, Where};
+use crate::decode::nvidia::cu_result_name;
+
+/// One diagnosis rule.
+pub struct Rule {
+    /// Rule id, snake case; also the runbook name (`docs/runbooks/<id>.md`).
+    pub id: &'static str,
+    /// What the class is, for listings (a finding carries a more specific title).
+    pub title: &'static str,
+    /// The check: a finding when the class applies, `None` otherwise.
+    pub check: fn(&Evidence, &Observations) -> Option<Finding>,
+}
+
+/// Every rule, one per row of `shared/reference/failure-classes.md`, in table order. On equal
+/// severity and confidence, [`diagnose`] keeps this order, so the more specific rule of two
+/// (HMM set-up before a generic driver hang) comes first.
+pub const RULES: &[Rule] = &[
+    Rule {
+        id: "hmm_setup_failure",
+        title: "nvidia_uvm HMM set-up fails or hangs on this kernel",
+        check: hmm_setup_failure::check,
+    },
+    Rule {
+        id: "driver_hang",
+        title: "a thread is stuck inside the NVIDIA driver",
+        check: driver_hang::check,
+    },
+    Rule {
+        id: "node_or_module_missing",
+        title: "nvidia_uvm not loaded or an NVIDIA device node missing",
+        check: node_or_module_missing::check,
+    },
+    Rule {
+        id: "device_permission",
+        title: "NVIDIA device node present but access denied",
+        check: device_permission::check,
+    },
+    Rule {
+        id: "stale_after_suspend",
+        title: "driver state broken by suspend/resume",
+        check: stale_after_suspend::check,
+    },
+    Rule {
+        id: "fabric_not_ready",
+        title: "NVSwitch fabric not ready (Fabric Manager)",
+        check: fabric_not_ready::check,
+    },
+    Rule {
+        id: "version_mismatch",
+        title: "user-space driver library and kernel module differ",
+        check: version_mismatch::check,
+    },
+    Rule {
+        id: "slow_init",
+        title: "cuInit succeeds but takes seconds",
+        check: slow_init::check,
+    },
+    Rule {
+        id: "adapter_init_failure",
+        title: "a GPU fails to initialize in the kernel",
+        check: adapter_init_failure::check,
+    },
+    Rule {
+        id: "fork_after_init",
+        title: "CUDA used in a child forked after cuInit",
+        check: fork_after_init::check,
+    },
+    Rule {
+        id: "policy_or_partition",
+        title: "compute mode or MIG refuses the work",
+        check: policy_or_partition::check,
+    },
+];
+
+/// Runs every rule and returns the findings, worst first: by severity, then confidence, then
+/// [`RULES`] order.
+pub fn diagnose(e: &Evidence, o: &Observations) -> Vec<Finding> {
+    let mut findings: Vec<Finding> = RULES.iter().filter_map(|r| (r.check)(e, o)).collect();
+    // `sort_by` is stable: ties keep RULES order.
+    findings.sort_by(|a, b| {
+        b.severity
+            .cmp(&a.severity)
+            .then(b.confidence.cmp(&a.confidence))
+    });
+    findings
+}
+
+/// Why no NVIDIA driver is present at all, when that is so: no `/proc/driver/nvidia/version`,
+/// no `nvidia` module in `/proc/modules` and no `/dev/nvidia*` node. `None` when any trace of
+/// the driver exists (or when it cannot be told).
+pub fn no_driver(e: &Evidence) -> Option<String> {
+    let why = match &e.driver.value {
+        Ok(_) => return None,
+        Err(u) => u.why.clone(),
+    };
+    if e.modules
+        .get()
+        .is_some_and(|m| m.iter().any(|n| n == "nvidia"))
+    {
+        return None;
+    }
+    if e.dev_nodes.get().is_some_and(|n| !n.is_empty()) {
+        return None;
+    }
+    Some(format!("{}: {}", e.driver.source, why))
+}
+
+// ---------------------------------------------------------------------------------------
+// Constants several rules use
+
+/// `CUresult` codes (`cuda.h`).
+mod cu {
+    pub const SUCCESS: i64 = 0;
+    pub const NOT_INITIALIZED: i64 = 3;
+    pub const DEVICE_UNAVAILABLE: i64 = 46;
+    pub const NO_DEVICE: i64 = 100;
+    pub const OPERATING_SYSTEM: i64 = 304;
+    pub const SYSTEM_NOT_READY: i64 = 802;
+    pub const SYSTEM_DRIVER_MISMATCH: i64 = 803;
+    pub const COMPAT_NOT_SUPPORTED_ON_DEVICE: i64 = 804;
+    pub const UNKNOWN: i64 = 999;
+}
+
+/// Source label of what the `cuInit` uprobe/uretprobe saw.
+pub const SRC_CUINIT: &str = "probe:cuInit";
+
+/// Source label of what the `ioctl` tracepoints saw (call, node, `rmStatus` or errno).
+pub const SRC_IOCTL: &str = "probe:ioctl";
+
+/// Source label of what the `openat` tracepoints saw.
+pub const SRC_OPENAT: &str = "probe:openat";
+
+/// Source label of what the `sched_process_fork` tracepoint saw.
+pub const SRC_FORK: &str = "probe:fork";
+
+/// Source label of kernel-side (kprobe) signals.
+pub const SRC_KPROBE: &str = "probe:kprobe";
+
+/// The UVM ioctl in which UVM brings a GPU up (HMM device memory included) (`uvm_ioctl.h`).
+const REGISTER_GPU: &str = "UVM_REGISTER_GPU";
+
+/// A failing `cuInit` that returns within this many seconds "returned quickly".
+const QUICK_SECONDS: f64 = 1.0;
+
+// ---------------------------------------------------------------------------------------
+// Reading the evidence
+
+fn driver(e: &Evidence) -> Option<&DriverInfo> {
+    e.driver.get()
+}
+
+fn smi(e: &Evidence) -> Option<&SmiInfo> {
+    e.smi.get()
+}
+
+fn klog(e: &Evidence) -> Option<&KernelLog> {
+    e.kernel_log.get()
+}
+
+/// The container the doctor (or the diagnosed process) runs in, if not the host.
+fn container_kind(e: &Evidence) -> Option<&str> {
+    e.container
+        .get()
+        .map(|c| c.kind.as_str())
+        .filter(|k| *k != "host")
+}
+
+/// Whether a host daemon of that name was found running; unknown from inside a container,
+/// which does not see the host's processes.
+fn host_daemon(e: &Evidence, name: &str) -> Option<bool> {
+    if container_kind(e).is_some() {
+        return None;
+    }
+    Some(e.daemons.get()?.iter().any(|d| d == name))
+}
+
+/// The reason a probe is unavailable, when one whose entry mentions `needle` is listed.
+fn probe_unavailable<'a>(o: &'a Observations, needle: &str) -> Option<&'a str> {
+    o.unavailable_probes
+        .iter()
+        .find(|p| p.contains(needle))
+        .map(|s| s.as_str())
+}
+
+/// Whether any probe saw anything for a process (false for a plain `doctor`).
+fn observed(o: &Observations) -> bool {
+    o.pid.is_some()
+        || o.cuinit_result.is_some()
+        || o.cuinit_in_flight
+        || o.stuck_in.is_some()
+        || o.failed_call.is_some()
+        || !o.failed_opens.is_empty()
+        || o.device_opens > 0
+        || o.forked_after_parent_init
+        || !o.kernel_signals.is_empty()
+}
+
+/// `cuInit` returned one of `codes`.
+fn cuinit_is(o: &Observations, codes: &[i64]) -> bool {
+    o.cuinit_result.is_some_and(|r| codes.contains(&r))
+}
+
+/// `cuInit` returned within [`QUICK_SECONDS`].
+fn quick(o: &Observations) -> bool {
+    o.cuinit_seconds.is_some_and(|s| s <= QUICK_SECONDS)
+}
+
+/// `/dev/nvidia<N>` (a GPU node, not `nvidiactl`, UVM or NVSwitch).
+fn is_gpu_node(path: &str) -> bool {
+    path.strip_prefix("/dev/nvidia")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+// ---------------------------------------------------------------------------------------
+// Building findings
+
+fn finding(rule: &str, severity: Severity, confidence: Confidence, title: String) -> Finding {
+    Finding {
+        rule: rule.to_string(),
+        title,
+        severity,
+        confidence,
+        evidence: Vec::new(),
+        unchecked: Vec::new(),
+        fix: Vec::new(),
+        runbook: format!("docs/runbooks/{rule}.md"),
+    }
+}
+
+fn item(what: &str, value: impl Into<String>, source: impl Into<String>) -> EvidenceItem {
+    EvidenceItem {
+        what: what.to_string(),
+        value: value.into(),
+        source: source.into(),
+    }
+}
+
+fn step(where_: Where, note: impl Into<String>, commands: &[&str]) -> FixStep {
+    FixStep {
+        where_,
+        commands: commands.iter().map(|c| c.to_string()).collect(),
+        note: note.into(),
+    }
+}
+
+/// "`what` unknown: why (source)" for a fact that could not be read.
+fn unknown<T>(f: &Fact<T>, what: &str) -> Option<String> {
+    f.value
+        .as_ref()
+        .err()
+        .map(|u| format!("{what} unknown: {} ({})", u.why, f.source))
+}
+
+/// `3 (CUDA_ERROR_NOT_INITIALIZED) after 0.412 s`.
+fn cuinit_text(o: &Observations) -> Option<String> {
+    let r = o.cuinit_result?;
+    Some(match o.cuinit_seconds {
+        Some(s) => format!("{r} ({}) after {s:.3} s", cu_result_name(r)),
+        None => format!("{r} ({})", cu_result_name(r)),
+    })
+}
+
+/// `UVM_REGISTER_GPU on /dev/nvidia-uvm -> NV_ERR_NO_MEMORY`.
+fn call_text(c: &SeenCall) -> String {
+    if c.result.is_empty() {
+        format!("{} on {}, in flight for {:.1} s", c.call, c.node, c.seconds)
+    } else {
+        format!(
+            "{} on {} -> {} ({:.3} s)",
+            c.call, c.node, c.result, c.seconds
+        )
+    }
+}
+
+/// The evidence common to findings about an observed `cuInit`.
+fn push_cuinit(f: &mut Finding, o: &Observations) {
+    if let Some(t) = cuinit_text(o) {
+        f.evidence.push(item("cuInit returned", t, SRC_CUINIT));
+    } else if o.cuinit_in_flight {
+        let secs = o
+            .cuinit_seconds
+            .map(|s| format!("for {s:.1} s"))
+            .unwrap_or_else(|| "since an unknown time".into());
+        f.evidence
+            .push(item("cuInit", format!("still running {secs}"), SRC_CUINIT));
+    }
+}
+
+/// Lists what the cuInit probe could not see, for a rule that needs the `cuInit` result.
+fn push_cuinit_unchecked(f: &mut Finding, o: &Observations) {
+    if o.cuinit_result.is_none() && !o.cuinit_in_flight {
+        f.unchecked.push(match probe_unavailable(o, "cuInit") {
+            Some(why) => format!("cuInit result not seen: {why}"),
+            None if observed(o) => "cuInit result not seen (no cuInit probe fired)".into(),
+            None => "no process observed: run `uvmwatch doctor --probe` or `uvmwatch run` to see cuInit and its driver calls".into(),
+        });
+    }
+}
+
+/// "You are inside a container" note for host-only fix steps.
+fn host_only_note(e: &Evidence) -> String {
+    match container_kind(e) {
+        Some(kind) => format!(
+            " This runs inside a container ({kind}): do it on the host; a container cannot."
+        ),
+        None => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::finding_checks::*;
+    use super::*;
+    use crate::doctor::fixtures::*;
+    use uvmwatch_testbed::snapshot::*;
+
+    #[test]
+    fn rules_are_one_per_class() {
+        let ids: Vec<&str> = RULES.iter().map(|r| r.id).collect();
+        assert_eq!(
+            ids,
+            [
+                "hmm_setup_failure",
+                "driver_hang",
+                "node_or_module_missing",
+                "device_permission",
+                "stale_after_suspend",
+                "fabric_not_ready",
+                "version_mismatch",
+                "slow_init",
+                "adapter_init_failure",
+                "fork_after_init",
+                "policy_or_partition",
+            ]
+        );
+    }
+
+    /// Each rule of [`RULES`] has its file, `rules/<id>.rs`, whose tests all start with its
+    /// id, a positive case and near misses among them: a new rule fails this until it has
+    /// them.
+    #[test]
+    fn every_rule_has_its_file_with_its_tests() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/doctor/rules");
+        for r in RULES {
+            let path = dir.join(format!("{}.rs", r.id));
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let tests = text.matches("#[test]\n    fn ").count();
+            let named = text.matches(&format!("#[test]\n    fn {}_", r.id)).count();
+            assert!(tests >= 2, "{}: {tests} test(s)", path.display());
+            assert_eq!(
+                named,
+                tests,
+                "{}: a test not named {}_...",
+                path.display(),
+                r.id
+            );
+        }
+    }
+
+    #[test]
+    fn every_rule_has_a_runbook() {
+        // The agent crate runs tests from agent/; a harness that includes this file by
+        // path finds docs/ from the file's own location.
+        let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let candidates = std::iter::once(manifest.join("../docs/runbooks")).chain(
+            std::path::Path::new(file!())
+                .ancestors()
+                .map(|a| a.join("docs/runbooks")),
+        );
+        let dir = candidates
+            .into_iter()
+            .find(|d| d.is_dir())
+            .expect("docs/runbooks not found");
+        for r in RULES {
+            let path = dir.join(format!("{}.md", r.id));
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert!(text.starts_with("# "), "{}: no title", path.display());
+        }
+    }
+
+    #[test]
+    fn healthy_hosts_have_no_findings() {
+        assert_eq!(diagnose(&healthy_open_host(), &plain()), vec![]);
+        let ok = watched().cuinit(0, 0.31).opens(4);
+        assert_eq!(diagnose(&healthy_open_host(), &ok), vec![]);
+        assert_eq!(diagnose(&no_driver_host(), &plain()), vec![]);
+        // Proprietary module on the incident's kernel: HMM set-up is not its path.
+        assert_eq!(diagnose(&motivating_host().proprietary(), &plain()), vec![]);
+    }
+
+    #[test]
+    fn no_driver_says_why() {
+        let why = no_driver_reason();
+        assert!(why.contains("/proc/driver/nvidia/version"), "{why}");
+        assert!(no_driver(&healthy_open_host()).is_none());
+    }
+
+    fn no_driver_reason() -> String {
+        no_driver(&no_driver_host()).expect("no driver")
+    }
+
+    #[test]
+    fn diagnose_sorts_worst_first() {
+        // A critical (stale allow-list) and a warning (HMM risk profile), static only.
+        let e = motivating_host().container("lxc", Some(STALE_ALLOW));
+        let got: Vec<(String, Severity)> = diagnose(&e, &plain())
+            .into_iter()
+            .map(|f| (f.rule, f.severity))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("device_permission".to_string(), Severity::Critical),
+                ("hmm_setup_failure".to_string(), Severity::Warning),
+            ]
+        );
+        // cuInit seen working silences both; a slow one is an info.
+        let slow = watched().cuinit(0, 12.0).opens(4);
+        let e = e.smi(|s| s.persistence_mode = vec!["Disabled".into()]);
+        let got: Vec<String> = diagnose(&e, &slow).into_iter().map(|f| f.rule).collect();
+        assert_eq!(got, ["slow_init"]);
+    }
+
+    #[test]
+    fn healthy_default_snapshot_plain_doctor_has_no_critical_finding() {
+        let fs = diagnose_spec(&SnapshotSpec::default(), &plain());
+        assert!(
+            fs.iter().all(|f| f.severity != Severity::Critical),
+            "{fs:#?}"
+        );
+        // Nothing at all, in fact: HMM memory is set up, fabric complete, persistence on.
+        assert_eq!(rules_of(&fs), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn healthy_default_snapshot_with_a_working_cuinit_has_no_finding() {
+        let fs = diagnose_spec(
+            &SnapshotSpec::default(),
+            &watched().cuinit(0, 0.31).opens(5),
+        );
+        assert_eq!(rules_of(&fs), Vec::<&str>::new());
+    }
+}
