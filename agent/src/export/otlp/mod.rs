@@ -4,7 +4,8 @@
 //! bounded queue (`try_send`: a full queue drops the event and counts it, it never waits).
 //! A background thread (`uvmwatch-otlp`, [`exporter`]) turns events into spans, batches them
 //! and POSTs `ExportTraceServiceRequest`s to `<endpoint>/v1/traces` ([`client`]), retrying
-//! with backoff. Messages are the official OTLP protobuf definitions (the
+//! with backoff; [`spans`] is how events become spans. Messages are the official OTLP
+//! protobuf definitions (the
 //! `opentelemetry-proto` crate, encoded with `prost`); the HTTP client is the `hyper`
 //! already in the agent (for its `/metrics`). Process attributes come from the identity the
 //! event carries ([`attributes`]).
@@ -33,6 +34,7 @@
 mod attributes;
 mod client;
 mod exporter;
+mod spans;
 #[cfg(test)]
 mod tests;
 
