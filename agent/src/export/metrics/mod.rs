@@ -121,7 +121,7 @@ const FAMILY_LABELS: &[(&str, &str)] = &[
 pub fn reference_markdown() -> String {
     let mut s = String::from(
         "# Metrics reference\n\n\
-         Generated from `agent/src/export/metrics.rs` by `uvmwatch metrics-doc`; a test keeps this file \
+         Generated from `agent/src/export/metrics/mod.rs` by `uvmwatch metrics-doc`; a test keeps this file \
          equal to the output. Served on `/metrics` (Prometheus text format 0.0.4).\n\n\
          Label values are bounded: node names (`nvidiactl`, `nvidia<N>`, `nvidia-uvm`, \
          `nvidia-uvm-tools`), ioctl names from the driver headers (`unknown` for others), \
