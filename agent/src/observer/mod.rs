@@ -2,11 +2,11 @@
 //! [`Listener`].
 //!
 //! One task owns the state. It drains the ring buffer when it is readable, building one event
-//! per record ([`handlers`]) with the process's identity ([`Identities`]) and what its
+//! per record (`handlers.rs`) with the process's identity ([`Identities`]) and what its
 //! `cuInit` did so far ([`calls`]); every [`stall::SCAN_INTERVAL`] it scans the kernel's
 //! in-flight maps for calls past their threshold ([`stall`]); a failure or stall is judged by
 //! the live diagnosis ([`diagnosis`]) before the event leaves, and its findings follow it as
-//! events of their own. It also attaches `cuInit` probes to each new libcuda ([`startup`]),
+//! events of their own. It also attaches `cuInit` probes to each new libcuda (`startup.rs`),
 //! follows `nvidia_uvm` loads, and sweeps stale fd entries. What it needs of the kernel side
 //! is [`KernelSide`].
 

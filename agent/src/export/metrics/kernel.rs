@@ -122,7 +122,7 @@ fn gauge_metric(v: f64) -> proto::Metric {
 }
 
 /// Converts a kernel log2 histogram into Prometheus cumulative buckets (upper bounds in
-/// seconds: 2^(i+1) ns for kernel bucket i, from [`FIRST_EXPORTED_BUCKET`]).
+/// seconds: 2^(i+1) ns for kernel bucket i, from `FIRST_EXPORTED_BUCKET`).
 pub fn log2_to_buckets(b: &[u64; HIST_BUCKETS]) -> Vec<(f64, u64)> {
     let mut out = Vec::new();
     let mut cum: u64 = b[..FIRST_EXPORTED_BUCKET].iter().sum();

@@ -2,13 +2,13 @@
 //!
 //! The observer's loop calls [`OtlpListener::event`]; it only puts the shared event into a
 //! bounded queue (`try_send`: a full queue drops the event and counts it, it never waits).
-//! A background thread (`uvmwatch-otlp`, [`exporter`]) turns events into spans, batches them
-//! and POSTs `ExportTraceServiceRequest`s to `<endpoint>/v1/traces` ([`client`]), retrying
-//! with backoff; [`spans`] is how events become spans. Messages are the official OTLP
+//! A background thread (`uvmwatch-otlp`, `exporter.rs`) turns events into spans, batches them
+//! and POSTs `ExportTraceServiceRequest`s to `<endpoint>/v1/traces` (`client.rs`), retrying
+//! with backoff; `spans.rs` is how events become spans. Messages are the official OTLP
 //! protobuf definitions (the
 //! `opentelemetry-proto` crate, encoded with `prost`); the HTTP client is the `hyper`
 //! already in the agent (for its `/metrics`). Process attributes come from the identity the
-//! event carries ([`attributes`]).
+//! event carries (`attributes.rs`).
 //!
 //! What becomes a span (names per `docs/otlp.md`):
 //! - every `cuInit` call: a root span `cuInit` (a trace of its own), status `ERROR` with
