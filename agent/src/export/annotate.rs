@@ -662,7 +662,7 @@ fn meta_member(c: &Capture, s: &Summary, opts: &Options) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::capture::model::tests::story;
+    use crate::export::capture::testing::story;
 
     /// base = wall clock of monotonic 1001 s in the story's clock (1 s after its start).
     const BASE: u64 = 1_750_000_001_000_000_000;

@@ -396,7 +396,7 @@ pub fn decode(text: &str) -> Result<Capture> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::capture::model::tests::story;
+    use crate::export::capture::testing::story;
 
     #[test]
     fn micros_are_exact() {

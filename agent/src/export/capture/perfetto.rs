@@ -628,7 +628,7 @@ fn read_annotation(a: &DebugAnnotation) -> (String, Arg) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::capture::model::tests::story;
+    use crate::export::capture::testing::story;
 
     #[test]
     fn round_trips() {
