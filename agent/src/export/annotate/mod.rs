@@ -28,12 +28,12 @@ use std::{
 };
 
 use anyhow::{bail, Context, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::export::capture::{
     self,
-    chrome::{self, micros, quote, Obj},
+    chrome::{self, Metadata},
     model::{Capture, Event, Kind, Process},
 };
 
@@ -422,16 +422,14 @@ pub fn annotate(text: &str, capture: &Capture, opts: &Options) -> Result<(String
                 .map(|x| x.name.clone())
                 .unwrap_or_else(|| format!("thread {t}"));
             lines.push(chrome::metadata_json(
-                "thread_name",
+                Metadata::ThreadName(&format!("uvmwatch: {tname} (host tid {t})")),
                 *tp,
                 TRACK_TID_BASE + t,
-                Obj::new().str("name", &format!("uvmwatch: {tname} (host tid {t})")),
             ));
             lines.push(chrome::metadata_json(
-                "thread_sort_index",
+                Metadata::ThreadSortIndex(-1000 + i as i64),
                 *tp,
                 TRACK_TID_BASE + t,
-                Obj::new().int("sort_index", -1000 + i as i64),
             ));
         }
         let mut added = 0usize;
@@ -444,7 +442,7 @@ pub fn annotate(text: &str, capture: &Capture, opts: &Options) -> Result<(String
                 &it.ev,
                 *tp,
                 tid,
-                &micros(it.at),
+                it.at,
                 &format!("uvmwatch,{}", it.ev.cat),
             ));
             if it.ev.pid == p.pid {
@@ -498,50 +496,61 @@ pub fn annotate(text: &str, capture: &Capture, opts: &Options) -> Result<(String
     Ok((out, summary))
 }
 
+/// The output's `uvmwatch` member: where the capture came from and what was placed.
+#[derive(Serialize)]
+struct Annotation<'a> {
+    capture: &'a str,
+    version: &'a str,
+    clock_offset_ns: i128,
+    base_time_ns: Option<u64>,
+    track_tid_base: u32,
+    dropped_events: u64,
+    lost_events: u64,
+    outside_window: usize,
+    before_base: usize,
+    clipped: usize,
+    processes: Vec<Placed<'a>>,
+}
+
+/// One of `uvmwatch.processes`: a [`Mapping`] with the process's namespace pid and container.
+#[derive(Serialize)]
+struct Placed<'a> {
+    host_pid: u32,
+    trace_pid: u32,
+    ns_pid: Option<u32>,
+    comm: &'a str,
+    container_id: Option<&'a str>,
+    events: usize,
+}
+
 fn meta_member(c: &Capture, s: &Summary, opts: &Options) -> String {
-    let procs: Vec<String> = s
-        .mapped
-        .iter()
-        .map(|m| {
-            let p = c.process(m.host_pid);
-            Obj::new()
-                .int("host_pid", m.host_pid)
-                .int("trace_pid", m.trace_pid)
-                .raw(
-                    "ns_pid",
-                    p.and_then(|p| p.ns_pid)
-                        .map(|n| n.to_string())
-                        .unwrap_or_else(|| "null".into()),
-                )
-                .str("comm", &m.comm)
-                .raw(
-                    "container_id",
-                    p.and_then(|p| p.container_id.as_deref())
-                        .map(quote)
-                        .unwrap_or_else(|| "null".into()),
-                )
-                .int("events", m.events)
-                .finish()
-        })
-        .collect();
-    Obj::new()
-        .str("capture", &opts.capture_name)
-        .str("version", &c.meta.version)
-        .int("clock_offset_ns", c.meta.clock.offset_ns)
-        .raw(
-            "base_time_ns",
-            s.base_ns
-                .map(|b| b.to_string())
-                .unwrap_or_else(|| "null".into()),
-        )
-        .int("track_tid_base", TRACK_TID_BASE)
-        .int("dropped_events", c.meta.dropped_events)
-        .int("lost_events", c.meta.lost_events)
-        .int("outside_window", s.outside_window)
-        .int("before_base", s.before_base)
-        .int("clipped", s.clipped)
-        .raw("processes", format!("[{}]", procs.join(",")))
-        .finish()
+    chrome::to_json(&Annotation {
+        capture: &opts.capture_name,
+        version: &c.meta.version,
+        clock_offset_ns: c.meta.clock.offset_ns,
+        base_time_ns: s.base_ns,
+        track_tid_base: TRACK_TID_BASE,
+        dropped_events: c.meta.dropped_events,
+        lost_events: c.meta.lost_events,
+        outside_window: s.outside_window,
+        before_base: s.before_base,
+        clipped: s.clipped,
+        processes: s
+            .mapped
+            .iter()
+            .map(|m| {
+                let p = c.process(m.host_pid);
+                Placed {
+                    host_pid: m.host_pid,
+                    trace_pid: m.trace_pid,
+                    ns_pid: p.and_then(|p| p.ns_pid),
+                    comm: &m.comm,
+                    container_id: p.and_then(|p| p.container_id.as_deref()),
+                    events: m.events,
+                }
+            })
+            .collect(),
+    })
 }
 
 #[cfg(test)]
