@@ -438,14 +438,7 @@ pub fn decode(text: &str) -> Result<Capture> {
             args,
         });
     }
-    let mut c = Capture {
-        meta,
-        processes,
-        threads,
-        events,
-    };
-    c.normalize();
-    Ok(c)
+    Ok(Capture::normalized(meta, processes, threads, events))
 }
 
 #[cfg(test)]

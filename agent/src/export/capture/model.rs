@@ -352,6 +352,23 @@ pub struct Capture {
 }
 
 impl Capture {
+    /// A capture of these parts, [normalized](Capture::normalize).
+    pub fn normalized(
+        meta: Meta,
+        processes: Vec<Process>,
+        threads: Vec<Thread>,
+        events: Vec<Event>,
+    ) -> Capture {
+        let mut c = Capture {
+            meta,
+            processes,
+            threads,
+            events,
+        };
+        c.normalize();
+        c
+    }
+
     /// The process with host pid `pid`.
     pub fn process(&self, pid: u32) -> Option<&Process> {
         self.processes.iter().find(|p| p.pid == pid)

@@ -423,23 +423,22 @@ impl Recorder {
             cat::CAPTURE,
             meta.end_args(n),
         ));
-        let mut c = Capture {
+        dedup_counters(&mut events);
+        let threads = self
+            .threads
+            .iter()
+            .map(|((pid, tid), name)| Thread {
+                pid: *pid,
+                tid: *tid,
+                name: name.clone(),
+            })
+            .collect();
+        Capture::normalized(
             meta,
-            processes: self.processes.values().cloned().collect(),
-            threads: self
-                .threads
-                .iter()
-                .map(|((pid, tid), name)| Thread {
-                    pid: *pid,
-                    tid: *tid,
-                    name: name.clone(),
-                })
-                .collect(),
+            self.processes.values().cloned().collect(),
+            threads,
             events,
-        };
-        dedup_counters(&mut c.events);
-        c.normalize();
-        c
+        )
     }
 }
 
