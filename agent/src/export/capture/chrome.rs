@@ -5,11 +5,14 @@
 //! metadata (clock offset, processes with their host and namespace pids, drop totals),
 //! and `traceEvents`: `M` events naming processes and threads, `X` events for calls,
 //! `i` events for failures, stalls and diagnoses, `C` events for counters. `ts` and `dur`
-//! are microseconds with three decimals, so nanoseconds survive; `ts` is
-//! `CLOCK_MONOTONIC`. Keys are written in a fixed order, one event per line.
+//! are microseconds with three decimals, so nanoseconds survive ([`Micros`], written from
+//! integer nanoseconds, never through a float); `ts` is `CLOCK_MONOTONIC`. Each object is
+//! serialized (serde) from a struct whose fields are its keys in order, compact, one event
+//! per line. [`decode`] reads the file back as a [`serde_json::Value`].
 
 use anyhow::{bail, Context, Result};
-use serde_json::Value;
+use serde::{ser::Error as _, Serialize, Serializer};
+use serde_json::{value::RawValue, Value};
 
 use super::model::{Arg, Capture, Event, Kind, Meta, Process, Thread, AGENT_PROCESS_NAME};
 use crate::event::Clock;
@@ -29,170 +32,237 @@ pub fn nanos(v: &Value) -> Option<i128> {
     v.as_f64().map(|f| (f * 1000.0).round() as i128)
 }
 
-/// A JSON string literal.
-pub fn quote(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
-}
+/// A time or duration in exact microseconds, from nanoseconds: serialized as the JSON
+/// number that [`micros`] writes (`1234.567`), never through a float.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Micros(pub i128);
 
-/// A JSON object written key by key in the order given (values are raw JSON).
-#[derive(Default)]
-pub struct Obj(Vec<(String, String)>);
-
-impl Obj {
-    /// An empty object.
-    pub fn new() -> Obj {
-        Obj::default()
-    }
-
-    /// Adds `key: raw` (raw must be valid JSON).
-    pub fn raw(mut self, key: &str, raw: impl Into<String>) -> Obj {
-        self.0.push((key.to_string(), raw.into()));
-        self
-    }
-
-    /// Adds a string member.
-    pub fn str(self, key: &str, v: &str) -> Obj {
-        self.raw(key, quote(v))
-    }
-
-    /// Adds an integer member.
-    pub fn int(self, key: &str, v: impl std::fmt::Display) -> Obj {
-        self.raw(key, v.to_string())
-    }
-
-    /// The object as compact JSON.
-    pub fn finish(&self) -> String {
-        let members: Vec<String> = self
-            .0
-            .iter()
-            .map(|(k, v)| format!("{}:{}", quote(k), v))
-            .collect();
-        format!("{{{}}}", members.join(","))
+impl Serialize for Micros {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        RawValue::from_string(micros(self.0))
+            .map_err(S::Error::custom)?
+            .serialize(s)
     }
 }
 
-fn arg_json(v: &Arg) -> String {
-    match v {
-        Arg::Str(s) => quote(s),
-        Arg::Int(i) => i.to_string(),
-        Arg::Uint(u) => u.to_string(),
-        Arg::Bool(b) => b.to_string(),
+/// `v` as compact JSON. What this module serializes (structs with string keys, valid raw
+/// numbers) always serializes, so a failure is a bug here.
+pub fn to_json(v: &impl Serialize) -> String {
+    serde_json::to_string(v).expect("trace JSON serializes")
+}
+
+/// An event's arguments: a JSON object with the members in the list's order.
+struct Args<'a>(&'a [(String, Arg)]);
+
+impl Serialize for Args<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, v)| (k, v)))
     }
 }
 
-/// The `args` object of an event.
-pub fn args_json(args: &[(String, Arg)]) -> String {
-    args.iter()
-        .fold(Obj::new(), |o, (k, v)| o.raw(k, arg_json(v)))
-        .finish()
+impl Serialize for Arg {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            Arg::Str(v) => s.serialize_str(v),
+            Arg::Int(v) => s.serialize_i64(*v),
+            Arg::Uint(v) => s.serialize_u64(*v),
+            Arg::Bool(v) => s.serialize_bool(*v),
+        }
+    }
 }
 
-/// One event as a Trace Event Format object, with its pid, tid, timestamp (raw JSON
-/// number of µs) and category chosen by the caller (the annotator maps them).
-pub fn event_json(e: &Event, pid: u32, tid: u32, ts: &str, cat: &str) -> String {
-    let o = Obj::new();
-    let o = match e.kind {
-        Kind::Slice { dur_ns } => o
-            .str("ph", "X")
-            .str("name", &e.name)
-            .str("cat", cat)
-            .int("pid", pid)
-            .int("tid", tid)
-            .raw("ts", ts)
-            .raw("dur", micros(dur_ns as i128))
-            .raw("args", args_json(&e.args)),
-        Kind::Instant => o
-            .str("ph", "i")
-            .str("s", if e.tid.is_some() { "t" } else { "p" })
-            .str("name", &e.name)
-            .str("cat", cat)
-            .int("pid", pid)
-            .int("tid", tid)
-            .raw("ts", ts)
-            .raw("args", args_json(&e.args)),
-        Kind::Counter { value } => o
-            .str("ph", "C")
-            .str("name", &e.name)
-            .str("cat", cat)
-            .int("pid", pid)
-            .int("tid", tid)
-            .raw("ts", ts)
-            .raw("args", Obj::new().int("value", value).finish()),
+/// The `args` of an `X`, `i` or `C` event.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum EventArgs<'a> {
+    /// A slice's or an instant's arguments.
+    Args(Args<'a>),
+    /// A counter's value.
+    Counter { value: i64 },
+}
+
+/// An `X`, `i` or `C` event; the members in this order.
+#[derive(Serialize)]
+struct TraceEvent<'a> {
+    ph: &'static str,
+    /// An instant's scope: `t` (thread) or `p` (process).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    s: Option<&'static str>,
+    name: &'a str,
+    cat: &'a str,
+    pid: u32,
+    tid: u32,
+    ts: Micros,
+    /// A slice's duration.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dur: Option<Micros>,
+    args: EventArgs<'a>,
+}
+
+/// One event as a Trace Event Format object, with its pid, tid, timestamp (ns on the
+/// trace's time base, written as µs) and category chosen by the caller (the annotator
+/// maps them).
+pub fn event_json(e: &Event, pid: u32, tid: u32, ts_ns: i128, cat: &str) -> String {
+    let (ph, s, dur, args) = match e.kind {
+        Kind::Slice { dur_ns } => (
+            "X",
+            None,
+            Some(Micros(dur_ns as i128)),
+            EventArgs::Args(Args(&e.args)),
+        ),
+        Kind::Instant => (
+            "i",
+            Some(if e.tid.is_some() { "t" } else { "p" }),
+            None,
+            EventArgs::Args(Args(&e.args)),
+        ),
+        Kind::Counter { value } => ("C", None, None, EventArgs::Counter { value }),
     };
-    o.finish()
+    to_json(&TraceEvent {
+        ph,
+        s,
+        name: &e.name,
+        cat,
+        pid,
+        tid,
+        ts: Micros(ts_ns),
+        dur,
+        args,
+    })
 }
 
-/// A metadata (`M`) event: `process_name`, `thread_name`, `process_labels`,
-/// `thread_sort_index`...
-pub fn metadata_json(name: &str, pid: u32, tid: u32, args: Obj) -> String {
-    Obj::new()
-        .str("ph", "M")
-        .str("name", name)
-        .int("pid", pid)
-        .int("tid", tid)
-        .raw("args", args.finish())
-        .finish()
+/// A metadata (`M`) event: what it names, with its one argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Metadata<'a> {
+    /// `process_name`, `{"name": …}`.
+    ProcessName(&'a str),
+    /// `process_labels`, `{"labels": …}`.
+    ProcessLabels(&'a str),
+    /// `thread_name`, `{"name": …}`.
+    ThreadName(&'a str),
+    /// `thread_sort_index`, `{"sort_index": …}`.
+    ThreadSortIndex(i64),
 }
 
-fn opt_u32(v: Option<u32>) -> String {
-    v.map(|n| n.to_string()).unwrap_or_else(|| "null".into())
+/// The one argument of a metadata event, as `{"<key>": value}`.
+#[derive(Serialize)]
+#[serde(rename_all = "snake_case")]
+enum MetadataArg<'a> {
+    Name(&'a str),
+    Labels(&'a str),
+    SortIndex(i64),
 }
 
-fn meta_json(c: &Capture) -> String {
+/// A metadata event; the members in this order.
+#[derive(Serialize)]
+struct MetadataEvent<'a> {
+    ph: &'static str,
+    name: &'static str,
+    pid: u32,
+    tid: u32,
+    args: MetadataArg<'a>,
+}
+
+/// A metadata (`M`) event of `pid` and `tid`.
+pub fn metadata_json(m: Metadata, pid: u32, tid: u32) -> String {
+    let (name, args) = match m {
+        Metadata::ProcessName(n) => ("process_name", MetadataArg::Name(n)),
+        Metadata::ProcessLabels(l) => ("process_labels", MetadataArg::Labels(l)),
+        Metadata::ThreadName(n) => ("thread_name", MetadataArg::Name(n)),
+        Metadata::ThreadSortIndex(i) => ("thread_sort_index", MetadataArg::SortIndex(i)),
+    };
+    to_json(&MetadataEvent {
+        ph: "M",
+        name,
+        pid,
+        tid,
+        args,
+    })
+}
+
+/// The file's `uvmwatch` member: the capture's [`Meta`], processes and threads.
+#[derive(Serialize)]
+struct FileMeta<'a> {
+    version: &'a str,
+    filter: &'a str,
+    clock_domain: &'static str,
+    clock: FileClock,
+    start_ns: u64,
+    end_ns: u64,
+    dropped_events: u64,
+    lost_events: u64,
+    agent_pid: u32,
+    processes: Vec<FileProcess<'a>>,
+    threads: Vec<FileThread<'a>>,
+}
+
+/// `uvmwatch.clock`: the clocks read together when the capture started.
+#[derive(Serialize)]
+struct FileClock {
+    offset_ns: i128,
+    monotonic_ns: u64,
+    realtime_ns: u64,
+    boottime_ns: u64,
+}
+
+/// One of `uvmwatch.processes`.
+#[derive(Serialize)]
+struct FileProcess<'a> {
+    pid: u32,
+    ns_pid: Option<u32>,
+    comm: &'a str,
+    exe: &'a str,
+    cmdline: &'a [String],
+    container_id: Option<&'a str>,
+}
+
+/// One of `uvmwatch.threads`.
+#[derive(Serialize)]
+struct FileThread<'a> {
+    pid: u32,
+    tid: u32,
+    name: &'a str,
+}
+
+fn file_meta(c: &Capture) -> FileMeta<'_> {
     let m = &c.meta;
-    let processes: Vec<String> = c
-        .processes
-        .iter()
-        .map(|p| {
-            let cmd: Vec<String> = p.cmdline.iter().map(|s| quote(s)).collect();
-            Obj::new()
-                .int("pid", p.pid)
-                .raw("ns_pid", opt_u32(p.ns_pid))
-                .str("comm", &p.name)
-                .str("exe", &p.exe)
-                .raw("cmdline", format!("[{}]", cmd.join(",")))
-                .raw(
-                    "container_id",
-                    p.container_id
-                        .as_deref()
-                        .map(quote)
-                        .unwrap_or_else(|| "null".into()),
-                )
-                .finish()
-        })
-        .collect();
-    let threads: Vec<String> = c
-        .threads
-        .iter()
-        .map(|t| {
-            Obj::new()
-                .int("pid", t.pid)
-                .int("tid", t.tid)
-                .str("name", &t.name)
-                .finish()
-        })
-        .collect();
-    Obj::new()
-        .str("version", &m.version)
-        .str("filter", &m.filter)
-        .str("clock_domain", "CLOCK_MONOTONIC")
-        .raw(
-            "clock",
-            Obj::new()
-                .int("offset_ns", m.clock.offset_ns)
-                .int("monotonic_ns", m.clock.mono_ns)
-                .int("realtime_ns", m.clock.unix_ns)
-                .int("boottime_ns", m.boottime_ns)
-                .finish(),
-        )
-        .int("start_ns", m.start_ns)
-        .int("end_ns", m.end_ns)
-        .int("dropped_events", m.dropped_events)
-        .int("lost_events", m.lost_events)
-        .int("agent_pid", m.agent_pid)
-        .raw("processes", format!("[{}]", processes.join(",")))
-        .raw("threads", format!("[{}]", threads.join(",")))
-        .finish()
+    FileMeta {
+        version: &m.version,
+        filter: &m.filter,
+        clock_domain: "CLOCK_MONOTONIC",
+        clock: FileClock {
+            offset_ns: m.clock.offset_ns,
+            monotonic_ns: m.clock.mono_ns,
+            realtime_ns: m.clock.unix_ns,
+            boottime_ns: m.boottime_ns,
+        },
+        start_ns: m.start_ns,
+        end_ns: m.end_ns,
+        dropped_events: m.dropped_events,
+        lost_events: m.lost_events,
+        agent_pid: m.agent_pid,
+        processes: c
+            .processes
+            .iter()
+            .map(|p| FileProcess {
+                pid: p.pid,
+                ns_pid: p.ns_pid,
+                comm: &p.name,
+                exe: &p.exe,
+                cmdline: &p.cmdline,
+                container_id: p.container_id.as_deref(),
+            })
+            .collect(),
+        threads: c
+            .threads
+            .iter()
+            .map(|t| FileThread {
+                pid: t.pid,
+                tid: t.tid,
+                name: &t.name,
+            })
+            .collect(),
+    }
 }
 
 /// A human label for a process: `ns pid 7, container 3f1c0ffee0dd`.
@@ -210,52 +280,37 @@ pub fn process_label(p: &Process) -> String {
     l.join(", ")
 }
 
-/// The capture as a Chrome JSON trace.
+/// The capture as a Chrome JSON trace: each member of the top-level object on a line of
+/// its own, and each event.
 pub fn encode(c: &Capture) -> String {
     let m = &c.meta;
     let mut lines = vec![metadata_json(
-        "process_name",
+        Metadata::ProcessName(AGENT_PROCESS_NAME),
         m.agent_pid,
         0,
-        Obj::new().str("name", AGENT_PROCESS_NAME),
     )];
     for p in &c.processes {
-        lines.push(metadata_json(
-            "process_name",
-            p.pid,
-            0,
-            Obj::new().str("name", &p.name),
-        ));
+        lines.push(metadata_json(Metadata::ProcessName(&p.name), p.pid, 0));
         let label = process_label(p);
         if !label.is_empty() {
-            lines.push(metadata_json(
-                "process_labels",
-                p.pid,
-                0,
-                Obj::new().str("labels", &label),
-            ));
+            lines.push(metadata_json(Metadata::ProcessLabels(&label), p.pid, 0));
         }
     }
     for t in &c.threads {
-        lines.push(metadata_json(
-            "thread_name",
-            t.pid,
-            t.tid,
-            Obj::new().str("name", &t.name),
-        ));
+        lines.push(metadata_json(Metadata::ThreadName(&t.name), t.pid, t.tid));
     }
     for e in &c.events {
         lines.push(event_json(
             e,
             e.pid,
             e.tid.unwrap_or(e.pid),
-            &micros(e.ts_ns as i128),
+            e.ts_ns as i128,
             &e.cat,
         ));
     }
     format!(
         "{{\"displayTimeUnit\":\"ns\",\n\"uvmwatch\":{},\n\"traceEvents\":[\n{}\n]}}\n",
-        meta_json(c),
+        to_json(&file_meta(c)),
         lines.join(",\n")
     )
 }
@@ -383,20 +438,13 @@ pub fn decode(text: &str) -> Result<Capture> {
             args,
         });
     }
-    let mut c = Capture {
-        meta,
-        processes,
-        threads,
-        events,
-    };
-    c.normalize();
-    Ok(c)
+    Ok(Capture::normalized(meta, processes, threads, events))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::capture::model::tests::story;
+    use crate::export::capture::testing::story;
 
     #[test]
     fn micros_are_exact() {
@@ -404,6 +452,50 @@ mod tests {
         assert_eq!(micros(1_234_567), "1234.567");
         assert_eq!(micros(-1_500), "-1.500");
         assert_eq!(micros(999), "0.999");
+    }
+
+    #[test]
+    fn writes_keys_in_order_escaped_and_exact_numbers() {
+        let mut e = Event {
+            ts_ns: 0,
+            pid: 1,
+            tid: Some(2),
+            name: "a\"b\\c\u{1}\né".into(),
+            cat: "ignored".into(),
+            kind: Kind::Slice { dur_ns: 1_500 },
+            args: vec![
+                ("z".into(), Arg::Uint(u64::MAX)),
+                ("neg".into(), Arg::Int(i64::MIN)),
+                ("a".into(), Arg::Bool(true)),
+                ("s".into(), Arg::from("tab\t/")),
+            ],
+        };
+        assert_eq!(
+            event_json(&e, 7, 8, -1_500, "c"),
+            r#"{"ph":"X","name":"a\"b\\c\u0001\né","cat":"c","pid":7,"tid":8,"ts":-1.500,"dur":1.500,"args":{"z":18446744073709551615,"neg":-9223372036854775808,"a":true,"s":"tab\t/"}}"#
+        );
+        e.name = "n".into();
+        e.kind = Kind::Instant;
+        e.args.clear();
+        assert_eq!(
+            event_json(&e, 7, 8, 1_000_000_000_000_001, "c"),
+            r#"{"ph":"i","s":"t","name":"n","cat":"c","pid":7,"tid":8,"ts":1000000000000.001,"args":{}}"#
+        );
+        e.tid = None;
+        assert!(event_json(&e, 7, 7, 0, "c").starts_with(r#"{"ph":"i","s":"p","#));
+        e.kind = Kind::Counter { value: -3 };
+        assert_eq!(
+            event_json(&e, 7, 7, 0, "c"),
+            r#"{"ph":"C","name":"n","cat":"c","pid":7,"tid":7,"ts":0.000,"args":{"value":-3}}"#
+        );
+        assert_eq!(
+            metadata_json(Metadata::ThreadSortIndex(-1000), 7, 9),
+            r#"{"ph":"M","name":"thread_sort_index","pid":7,"tid":9,"args":{"sort_index":-1000}}"#
+        );
+        assert_eq!(
+            metadata_json(Metadata::ProcessLabels("l"), 7, 0),
+            r#"{"ph":"M","name":"process_labels","pid":7,"tid":0,"args":{"labels":"l"}}"#
+        );
     }
 
     #[test]

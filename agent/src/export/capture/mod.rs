@@ -4,12 +4,17 @@
 //! The observer runs as in `uvmwatch run` (probes, stall detection, diagnosis) without the
 //! HTTP server, for `--duration` or until SIGINT/SIGTERM (`cmd/capture.rs`). A
 //! [`CaptureListener`] keeps the events of the processes that match the [`Filter`] in a
-//! [`model::Recorder`]; at the end it writes the file through a temporary file and a rename,
-//! so an interrupted capture still leaves a complete, valid trace. See `docs/capture.md`.
+//! [`Recorder`] (`recorder.rs`), which builds the trace model (`model.rs`); at the end it
+//! writes the file, Perfetto protobuf (`perfetto.rs`) or Chrome JSON (`chrome.rs`), through
+//! a temporary file and a rename, so an interrupted capture still leaves a complete, valid
+//! trace. See `docs/capture.md`.
 
 pub mod chrome;
 pub mod model;
 pub mod perfetto;
+pub mod recorder;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use std::{
     io::Write,
@@ -23,7 +28,8 @@ use std::{
 use anyhow::{Context, Result};
 
 use crate::event::{Clock, Event, Listener, Process};
-use model::{Capture, Meta, Recorder};
+use model::{Capture, Meta};
+use recorder::Recorder;
 
 /// Events a capture keeps at most by default; more are counted as lost.
 pub const DEFAULT_MAX_EVENTS: usize = 2_000_000;
@@ -343,7 +349,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
 mod tests {
     use super::*;
     use crate::event::testing as ev;
-    use crate::export::capture::model::tests::{test_clock, workload};
+    use crate::export::capture::testing::{test_clock, workload};
 
     fn proc(pid: u32, comm: &str, exe: &str, container: Option<&str>) -> Process {
         Process {
@@ -495,7 +501,7 @@ mod tests {
 
     #[test]
     fn gzip_captures_are_read() {
-        let c = crate::export::capture::model::tests::story();
+        let c = crate::export::capture::testing::story();
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         gz.write_all(&encode(&c, Format::ChromeJson)).unwrap();
         let bytes = gz.finish().unwrap();

@@ -600,14 +600,7 @@ pub fn decode(bytes: &[u8]) -> Result<Capture> {
         }
     }
     processes.retain(|p| p.pid != meta.agent_pid);
-    let mut c = Capture {
-        meta,
-        processes,
-        threads,
-        events,
-    };
-    c.normalize();
-    Ok(c)
+    Ok(Capture::normalized(meta, processes, threads, events))
 }
 
 fn read_annotation(a: &DebugAnnotation) -> (String, Arg) {
@@ -628,7 +621,7 @@ fn read_annotation(a: &DebugAnnotation) -> (String, Arg) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::capture::model::tests::story;
+    use crate::export::capture::testing::story;
 
     #[test]
     fn round_trips() {

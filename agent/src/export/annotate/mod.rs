@@ -17,7 +17,9 @@
 //!
 //! The profiler's file is not re-serialised: the new events are inserted as text at the
 //! end of its `traceEvents` array and a `uvmwatch` member at the end of the top-level
-//! object, so every other byte stays as it was.
+//! object, so every other byte stays as it was; `scan.rs` finds where those are.
+
+mod scan;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -26,12 +28,12 @@ use std::{
 };
 
 use anyhow::{bail, Context, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::export::capture::{
     self,
-    chrome::{self, micros, quote, Obj},
+    chrome::{self, Metadata},
     model::{Capture, Event, Kind, Process},
 };
 
@@ -86,123 +88,6 @@ pub struct Summary {
     pub base_ns: Option<u64>,
     /// Warnings (e.g. no overlap in time).
     pub warnings: Vec<String>,
-}
-
-/// Byte ranges of JSON values in a text already known to be valid JSON.
-mod scan {
-    use anyhow::{bail, Result};
-
-    /// `[start, end)` of a value.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub struct Span {
-        pub start: usize,
-        pub end: usize,
-    }
-
-    pub fn skip_ws(b: &[u8], mut i: usize) -> usize {
-        while i < b.len() && matches!(b[i], b' ' | b'\t' | b'\n' | b'\r') {
-            i += 1;
-        }
-        i
-    }
-
-    /// End (exclusive) of the string starting at `i` (a `"`).
-    fn string_end(b: &[u8], mut i: usize) -> Result<usize> {
-        i += 1;
-        while i < b.len() {
-            match b[i] {
-                b'\\' => i += 2,
-                b'"' => return Ok(i + 1),
-                _ => i += 1,
-            }
-        }
-        bail!("unterminated string")
-    }
-
-    /// End (exclusive) of the value starting at `i`.
-    pub fn value_end(b: &[u8], i: usize) -> Result<usize> {
-        match b.get(i) {
-            Some(b'"') => string_end(b, i),
-            Some(b'{') | Some(b'[') => {
-                let mut depth = 0usize;
-                let mut j = i;
-                while j < b.len() {
-                    match b[j] {
-                        b'"' => {
-                            j = string_end(b, j)?;
-                            continue;
-                        }
-                        b'{' | b'[' => depth += 1,
-                        b'}' | b']' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                return Ok(j + 1);
-                            }
-                        }
-                        _ => {}
-                    }
-                    j += 1;
-                }
-                bail!("unterminated object or array")
-            }
-            Some(_) => {
-                let mut j = i;
-                while j < b.len()
-                    && !matches!(b[j], b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
-                {
-                    j += 1;
-                }
-                Ok(j)
-            }
-            None => bail!("unexpected end"),
-        }
-    }
-
-    /// Members of the object at `i` (a `{`): (raw key including quotes, value span), and
-    /// the position of its closing `}`.
-    pub fn members(b: &[u8], i: usize) -> Result<(Vec<(Span, Span)>, usize)> {
-        let mut out = Vec::new();
-        let mut j = skip_ws(b, i + 1);
-        if b.get(j) == Some(&b'}') {
-            return Ok((out, j));
-        }
-        loop {
-            let ks = j;
-            let ke = string_end(b, ks)?;
-            j = skip_ws(b, ke);
-            if b.get(j) != Some(&b':') {
-                bail!("expected ':' at byte {j}");
-            }
-            let vs = skip_ws(b, j + 1);
-            let ve = value_end(b, vs)?;
-            out.push((Span { start: ks, end: ke }, Span { start: vs, end: ve }));
-            j = skip_ws(b, ve);
-            match b.get(j) {
-                Some(b',') => j = skip_ws(b, j + 1),
-                Some(b'}') => return Ok((out, j)),
-                _ => bail!("expected ',' or '}}' at byte {j}"),
-            }
-        }
-    }
-
-    /// Elements of the array at `i` (a `[`), and the position of its closing `]`.
-    pub fn elements(b: &[u8], i: usize) -> Result<(Vec<Span>, usize)> {
-        let mut out = Vec::new();
-        let mut j = skip_ws(b, i + 1);
-        if b.get(j) == Some(&b']') {
-            return Ok((out, j));
-        }
-        loop {
-            let e = value_end(b, j)?;
-            out.push(Span { start: j, end: e });
-            j = skip_ws(b, e);
-            match b.get(j) {
-                Some(b',') => j = skip_ws(b, j + 1),
-                Some(b']') => return Ok((out, j)),
-                _ => bail!("expected ',' or ']' at byte {j}"),
-            }
-        }
-    }
 }
 
 /// The few fields of a trace event read to place the uvmwatch events.
@@ -537,16 +422,14 @@ pub fn annotate(text: &str, capture: &Capture, opts: &Options) -> Result<(String
                 .map(|x| x.name.clone())
                 .unwrap_or_else(|| format!("thread {t}"));
             lines.push(chrome::metadata_json(
-                "thread_name",
+                Metadata::ThreadName(&format!("uvmwatch: {tname} (host tid {t})")),
                 *tp,
                 TRACK_TID_BASE + t,
-                Obj::new().str("name", &format!("uvmwatch: {tname} (host tid {t})")),
             ));
             lines.push(chrome::metadata_json(
-                "thread_sort_index",
+                Metadata::ThreadSortIndex(-1000 + i as i64),
                 *tp,
                 TRACK_TID_BASE + t,
-                Obj::new().int("sort_index", -1000 + i as i64),
             ));
         }
         let mut added = 0usize;
@@ -559,7 +442,7 @@ pub fn annotate(text: &str, capture: &Capture, opts: &Options) -> Result<(String
                 &it.ev,
                 *tp,
                 tid,
-                &micros(it.at),
+                it.at,
                 &format!("uvmwatch,{}", it.ev.cat),
             ));
             if it.ev.pid == p.pid {
@@ -613,56 +496,67 @@ pub fn annotate(text: &str, capture: &Capture, opts: &Options) -> Result<(String
     Ok((out, summary))
 }
 
+/// The output's `uvmwatch` member: where the capture came from and what was placed.
+#[derive(Serialize)]
+struct Annotation<'a> {
+    capture: &'a str,
+    version: &'a str,
+    clock_offset_ns: i128,
+    base_time_ns: Option<u64>,
+    track_tid_base: u32,
+    dropped_events: u64,
+    lost_events: u64,
+    outside_window: usize,
+    before_base: usize,
+    clipped: usize,
+    processes: Vec<Placed<'a>>,
+}
+
+/// One of `uvmwatch.processes`: a [`Mapping`] with the process's namespace pid and container.
+#[derive(Serialize)]
+struct Placed<'a> {
+    host_pid: u32,
+    trace_pid: u32,
+    ns_pid: Option<u32>,
+    comm: &'a str,
+    container_id: Option<&'a str>,
+    events: usize,
+}
+
 fn meta_member(c: &Capture, s: &Summary, opts: &Options) -> String {
-    let procs: Vec<String> = s
-        .mapped
-        .iter()
-        .map(|m| {
-            let p = c.process(m.host_pid);
-            Obj::new()
-                .int("host_pid", m.host_pid)
-                .int("trace_pid", m.trace_pid)
-                .raw(
-                    "ns_pid",
-                    p.and_then(|p| p.ns_pid)
-                        .map(|n| n.to_string())
-                        .unwrap_or_else(|| "null".into()),
-                )
-                .str("comm", &m.comm)
-                .raw(
-                    "container_id",
-                    p.and_then(|p| p.container_id.as_deref())
-                        .map(quote)
-                        .unwrap_or_else(|| "null".into()),
-                )
-                .int("events", m.events)
-                .finish()
-        })
-        .collect();
-    Obj::new()
-        .str("capture", &opts.capture_name)
-        .str("version", &c.meta.version)
-        .int("clock_offset_ns", c.meta.clock.offset_ns)
-        .raw(
-            "base_time_ns",
-            s.base_ns
-                .map(|b| b.to_string())
-                .unwrap_or_else(|| "null".into()),
-        )
-        .int("track_tid_base", TRACK_TID_BASE)
-        .int("dropped_events", c.meta.dropped_events)
-        .int("lost_events", c.meta.lost_events)
-        .int("outside_window", s.outside_window)
-        .int("before_base", s.before_base)
-        .int("clipped", s.clipped)
-        .raw("processes", format!("[{}]", procs.join(",")))
-        .finish()
+    chrome::to_json(&Annotation {
+        capture: &opts.capture_name,
+        version: &c.meta.version,
+        clock_offset_ns: c.meta.clock.offset_ns,
+        base_time_ns: s.base_ns,
+        track_tid_base: TRACK_TID_BASE,
+        dropped_events: c.meta.dropped_events,
+        lost_events: c.meta.lost_events,
+        outside_window: s.outside_window,
+        before_base: s.before_base,
+        clipped: s.clipped,
+        processes: s
+            .mapped
+            .iter()
+            .map(|m| {
+                let p = c.process(m.host_pid);
+                Placed {
+                    host_pid: m.host_pid,
+                    trace_pid: m.trace_pid,
+                    ns_pid: p.and_then(|p| p.ns_pid),
+                    comm: &m.comm,
+                    container_id: p.and_then(|p| p.container_id.as_deref()),
+                    events: m.events,
+                }
+            })
+            .collect(),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::capture::model::tests::story;
+    use crate::export::capture::testing::story;
 
     /// base = wall clock of monotonic 1001 s in the story's clock (1 s after its start).
     const BASE: u64 = 1_750_000_001_000_000_000;
@@ -696,21 +590,6 @@ mod tests {
             capture_name: "c.json".into(),
             ..Options::default()
         }
-    }
-
-    #[test]
-    fn scans_spans() {
-        let t = r#" { "a" : [1, {"b":"]}\"x"}, [ ] ] , "c":-1.5e3 } "#;
-        let b = t.as_bytes();
-        let (m, close) = scan::members(b, 1).unwrap();
-        assert_eq!(m.len(), 2);
-        assert_eq!(&t[m[0].1.start..m[0].1.end], r#"[1, {"b":"]}\"x"}, [ ] ]"#);
-        assert_eq!(&t[m[1].1.start..m[1].1.end], "-1.5e3");
-        assert_eq!(b[close], b'}');
-        let (e, _) = scan::elements(b, m[0].1.start).unwrap();
-        assert_eq!(e.len(), 3);
-        let (e, _) = scan::elements(b"[ ]", 0).unwrap();
-        assert!(e.is_empty());
     }
 
     #[test]
