@@ -34,8 +34,10 @@ use uvmwatch::{
         annotate::{self, TRACK_TID_BASE},
         capture::{
             self, chrome,
-            model::{Capture, Meta, Recorder},
-            perfetto, Format,
+            model::{Capture, Meta},
+            perfetto,
+            recorder::Recorder,
+            Format,
         },
     },
 };

@@ -10,9 +10,6 @@ use std::cmp::{Ordering, Reverse};
 
 use crate::event::Clock;
 
-/// The recorder at its old path (`model::Recorder`), which the integration tests import.
-pub use super::recorder::Recorder;
-
 /// Name of the per-process ioctl-rate counter track.
 pub const RATE_COUNTER: &str = "ioctls per 100 ms";
 /// Name of the counter of events lost before user space saw them (ring buffer full).
