@@ -22,6 +22,8 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::Serialize;
 
+use super::procfs::cgroup;
+
 /// Engine names (the `uvmwatch.engine` span attribute and the opt-in `engine` label).
 pub const ENGINE_VLLM: &str = "vllm";
 /// SGLang (`python -m sglang.launch_server`, `sglang::scheduler*` titles).
@@ -234,8 +236,8 @@ fn mark_mapped(m: &mut Mapped, path: &str) {
 pub fn identify_facts(f: &ProcFacts) -> WorkloadInfo {
     let args = &f.cmdline;
     let mut info = WorkloadInfo {
-        container_id: crate::host::procfs::container_id(&f.cgroup),
-        pod_uid: pod_uid(&f.cgroup),
+        container_id: cgroup::container_id(&f.cgroup),
+        pod_uid: cgroup::pod_uid(&f.cgroup),
         ..WorkloadInfo::default()
     };
 
@@ -844,38 +846,6 @@ fn rank_from_env(env: &HashMap<String, String>, tp_size: Option<u32>) -> Option<
 
 // --- Kubernetes -------------------------------------------------------------------------------
 
-/// Pod UID from a `kubepods` cgroup path: `/kubepods/<qos>/pod<uid>/...` (cgroupfs driver)
-/// or `.../kubepods-<qos>-pod<uid_with_underscores>.slice/...` (systemd driver).
-pub fn pod_uid(cgroup: &str) -> Option<String> {
-    for line in cgroup.lines() {
-        let path = line.splitn(3, ':').nth(2).unwrap_or("");
-        if !path.contains("kubepods") {
-            continue;
-        }
-        for comp in path.split('/').rev() {
-            let stem = comp.strip_suffix(".slice").unwrap_or(comp);
-            let cand = match stem.rfind("pod") {
-                Some(i) => &stem[i + 3..],
-                None => continue,
-            };
-            let uid = cand.replace('_', "-");
-            if is_uid(&uid) {
-                return Some(uid);
-            }
-        }
-    }
-    None
-}
-
-fn is_uid(s: &str) -> bool {
-    let groups: Vec<&str> = s.split('-').collect();
-    groups.len() == 5
-        && groups
-            .iter()
-            .zip([8, 4, 4, 4, 12])
-            .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
 /// Pod name and namespace. Namespace: `POD_NAMESPACE` (downward API), else the
 /// service-account namespace file. Pod name, only for a process in a pod (pod UID known or
 /// namespace found): `POD_NAME`, else the pod's hostname (`/etc/hostname` in its root, then
@@ -1066,6 +1036,7 @@ fn resolve_ollama_blob(proc_root: &Path, pid: u32, info: &mut WorkloadInfo) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::procfs::cgroup::tests::{KUBE_CGROUPFS, KUBE_SYSTEMD};
 
     fn argv(s: &str) -> Vec<String> {
         s.split_whitespace().map(str::to_string).collect()
@@ -1444,28 +1415,6 @@ mod tests {
         let f = facts(&format!("vllm serve {long}"));
         assert_eq!(identify_facts(&f).model.unwrap().len(), MAX_MODEL_LEN);
         assert_eq!(clean_model("a\u{7}b"), None);
-    }
-
-    const KUBE_SYSTEMD: &str = "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod8f3c2b1a_4d5e_4f60_9a7b_1c2d3e4f5a6b.slice/cri-containerd-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope\n";
-    const KUBE_CGROUPFS: &str = "12:pids:/kubepods/burstable/pod0d3c2b1a-4d5e-4f60-9a7b-1c2d3e4f5a6b/fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210\n0::/\n";
-
-    #[test]
-    fn pod_uid_from_both_cgroup_drivers() {
-        assert_eq!(
-            pod_uid(KUBE_SYSTEMD).as_deref(),
-            Some("8f3c2b1a-4d5e-4f60-9a7b-1c2d3e4f5a6b")
-        );
-        assert_eq!(
-            pod_uid(KUBE_CGROUPFS).as_deref(),
-            Some("0d3c2b1a-4d5e-4f60-9a7b-1c2d3e4f5a6b")
-        );
-        // Guaranteed QoS pods have no QoS level in the path.
-        assert_eq!(
-            pod_uid("0::/kubepods.slice/kubepods-pod11111111_2222_3333_4444_555555555555.slice/cri-containerd-ab.scope").as_deref(),
-            Some("11111111-2222-3333-4444-555555555555")
-        );
-        assert_eq!(pod_uid("0::/system.slice/docker-abc.scope"), None);
-        assert_eq!(pod_uid("0::/kubepods/besteffort/podnotauid/x"), None);
     }
 
     #[test]

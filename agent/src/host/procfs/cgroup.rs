@@ -18,12 +18,15 @@
 /// Returns the 64-hex id (or `lxc:<name>`), or `None` for host processes and processes in
 /// a private cgroup namespace (whose paths read `/`).
 pub fn container_id(cgroup_file_contents: &str) -> Option<String> {
-    cgroup_file_contents.lines().find_map(|line| {
-        // hierarchy-id ":" controllers ":" path — the path itself may contain ':'.
-        let mut parts = line.splitn(3, ':');
-        let (_, _, path) = (parts.next()?, parts.next()?, parts.next()?);
-        container_id_of_path(path)
-    })
+    paths(cgroup_file_contents).find_map(container_id_of_path)
+}
+
+/// The cgroup path of each line `hierarchy-id:controllers:path` (the path itself may
+/// contain `:`); lines with fewer than two `:` are skipped.
+fn paths(cgroup_file_contents: &str) -> impl Iterator<Item = &str> {
+    cgroup_file_contents
+        .lines()
+        .filter_map(|line| line.splitn(3, ':').nth(2))
 }
 
 fn container_id_of_path(path: &str) -> Option<String> {
@@ -57,12 +60,84 @@ fn is_hex64(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
+/// Kubernetes pod UID of a process from the contents of its `/proc/<pid>/cgroup` file,
+/// with dashes (`8f3c2b1a-4d5e-4f60-9a7b-1c2d3e4f5a6b`).
+///
+/// Only the pod cgroups the kubelet creates under a `kubepods` path count, deepest
+/// component winning, first matching line winning:
+/// - cgroupfs driver: a component `pod<uid>` (`/kubepods/<qos>/pod<uid>/<container>`, or
+///   `/kubepods/pod<uid>/...` for a Guaranteed pod);
+/// - systemd driver: a slice `kubepods[-<qos>]-pod<uid>.slice` whose UID has `_` for each
+///   `-` (a kubelet prefix such as `kubelet-kubepods-...` is allowed).
+///
+/// The UID must be 8-4-4-4-12 hex digits; anything else gives `None`.
+pub fn pod_uid(cgroup_file_contents: &str) -> Option<String> {
+    paths(cgroup_file_contents)
+        .filter(|path| path.contains("kubepods"))
+        .find_map(|path| path.split('/').rev().find_map(pod_uid_of_component))
+}
+
+fn pod_uid_of_component(comp: &str) -> Option<String> {
+    if let Some(uid) = comp.strip_prefix("pod") {
+        return is_uid(uid).then(|| uid.to_string());
+    }
+    let (head, pod) = comp.strip_suffix(".slice")?.rsplit_once('-')?;
+    if !head.split('-').any(|part| part == "kubepods") {
+        return None;
+    }
+    let uid = pod.strip_prefix("pod")?.replace('_', "-");
+    is_uid(&uid).then_some(uid)
+}
+
+/// 8-4-4-4-12 hex digits, as Kubernetes writes a UID.
+fn is_uid(s: &str) -> bool {
+    let groups: Vec<&str> = s.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::fs;
+    use uvmwatch_testbed::snapshot::{FIXTURE_CONTAINER_ID, FIXTURE_POD_UID};
 
     const ID: &str = "3f8c2a9d0e71b4c6a5d2e9f0817c3b4a6d5e2f1098a7b6c5d4e3f2a1b0c9d8e7";
+    /// A pod's container under the systemd driver (cgroup v2).
+    pub(crate) const KUBE_SYSTEMD: &str = "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod8f3c2b1a_4d5e_4f60_9a7b_1c2d3e4f5a6b.slice/cri-containerd-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope\n";
+    /// A pod's container under the cgroupfs driver (cgroup v1 line first).
+    pub(crate) const KUBE_CGROUPFS: &str = "12:pids:/kubepods/burstable/pod0d3c2b1a-4d5e-4f60-9a7b-1c2d3e4f5a6b/fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210\n0::/\n";
+
+    #[test]
+    fn pod_uid_from_both_cgroup_drivers() {
+        assert_eq!(
+            pod_uid(KUBE_SYSTEMD).as_deref(),
+            Some("8f3c2b1a-4d5e-4f60-9a7b-1c2d3e4f5a6b")
+        );
+        assert_eq!(
+            pod_uid(KUBE_CGROUPFS).as_deref(),
+            Some("0d3c2b1a-4d5e-4f60-9a7b-1c2d3e4f5a6b")
+        );
+        // Guaranteed QoS pods have no QoS level in the path.
+        assert_eq!(
+            pod_uid("0::/kubepods.slice/kubepods-pod11111111_2222_3333_4444_555555555555.slice/cri-containerd-ab.scope").as_deref(),
+            Some("11111111-2222-3333-4444-555555555555")
+        );
+        assert_eq!(pod_uid("0::/system.slice/docker-abc.scope"), None);
+        assert_eq!(pod_uid("0::/kubepods/besteffort/podnotauid/x"), None);
+        // What the doctor reads about its own pod (the snapshot fixture's UID).
+        assert_eq!(
+            pod_uid(&format!(
+                "0::/kubepods/pod{FIXTURE_POD_UID}/{FIXTURE_CONTAINER_ID}\n"
+            ))
+            .as_deref(),
+            Some(FIXTURE_POD_UID)
+        );
+        assert_eq!(pod_uid("0::/system.slice/pod.service\n"), None);
+    }
 
     #[test]
     fn container_ids() {
