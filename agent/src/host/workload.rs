@@ -22,7 +22,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::Serialize;
 
-use super::procfs::cgroup;
+use super::procfs::{cgroup, read_capped, split_nul};
 
 /// Engine names (the `uvmwatch.engine` span attribute and the opt-in `engine` label).
 pub const ENGINE_VLLM: &str = "vllm";
@@ -874,23 +874,6 @@ fn clean_k8s_name(s: &str) -> Option<String> {
 }
 
 // --- file reading -----------------------------------------------------------------------------
-
-fn read_capped(path: &Path, max: u64) -> Option<Vec<u8>> {
-    let f = fs::File::open(path).ok()?;
-    let mut buf = Vec::new();
-    f.take(max).read_to_end(&mut buf).ok()?;
-    Some(buf)
-}
-
-fn split_nul(b: &[u8]) -> Vec<String> {
-    let b = b.strip_suffix(&[0]).unwrap_or(b);
-    if b.is_empty() {
-        return Vec::new();
-    }
-    b.split(|&c| c == 0)
-        .map(|s| String::from_utf8_lossy(s).into_owned())
-        .collect()
-}
 
 fn pick_env(b: &[u8]) -> HashMap<String, String> {
     let mut m = HashMap::new();

@@ -11,7 +11,7 @@ pub mod cgroup;
 mod fds;
 
 use std::fs;
-use std::io;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -123,7 +123,7 @@ pub fn read_thread(proc_root: &Path, pid: u32, tid: u32) -> Result<ThreadInfo> {
     let cmdline_path = proc_dir.join("cmdline");
     let cmdline =
         fs::read(&cmdline_path).with_context(|| format!("reading {}", cmdline_path.display()))?;
-    let cmdline = split_cmdline(&cmdline);
+    let cmdline = split_nul(&cmdline);
 
     let wchan = read_optional(&task_dir.join("wchan")).and_then(|w| {
         let w = w.trim();
@@ -254,6 +254,14 @@ pub(super) fn parse_decimal_u32(s: &str) -> Option<u32> {
     s.parse().ok()
 }
 
+/// The first `max` bytes of the file at `path`; `None` when it cannot be opened or read.
+pub fn read_capped(path: &Path, max: u64) -> Option<Vec<u8>> {
+    let f = fs::File::open(path).ok()?;
+    let mut buf = Vec::new();
+    f.take(max).read_to_end(&mut buf).ok()?;
+    Some(buf)
+}
+
 fn read_optional(path: &Path) -> Option<String> {
     match fs::read(path) {
         Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
@@ -288,7 +296,9 @@ fn parse_stat_comm_state(stat: &[u8]) -> Result<(String, char)> {
     Ok((comm, state))
 }
 
-fn split_cmdline(bytes: &[u8]) -> Vec<String> {
+/// Splits NUL-separated fields (`cmdline`, `environ`): one trailing NUL is dropped, empty
+/// input gives no field, invalid UTF-8 becomes U+FFFD.
+pub fn split_nul(bytes: &[u8]) -> Vec<String> {
     let bytes = bytes.strip_suffix(b"\0").unwrap_or(bytes);
     if bytes.is_empty() {
         return Vec::new();
@@ -538,6 +548,15 @@ mod tests {
         write(&dir.path().join("9/status"), b"Name:\tx\n");
         assert!(tgid_of(dir.path(), 9).is_err());
         assert!(tgid_of(dir.path(), 10).is_err());
+    }
+
+    #[test]
+    fn nul_separated_fields() {
+        assert_eq!(split_nul(b"a\0\0b c\0"), vec!["a", "", "b c"]);
+        assert_eq!(split_nul(b"a\0b"), vec!["a", "b"]);
+        assert_eq!(split_nul(b"\xff\0"), vec!["\u{fffd}"]);
+        assert!(split_nul(b"").is_empty());
+        assert!(split_nul(b"\0").is_empty());
     }
 
     #[test]
