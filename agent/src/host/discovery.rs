@@ -11,10 +11,13 @@
 use std::collections::{HashSet, VecDeque};
 use std::ffi::OsString;
 use std::fs;
+use std::ops::ControlFlow;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
+
+use super::procfs::maps::{self, MappedFile};
 
 /// Directories where NVIDIA driver packages and installers put `libcuda.so*`, searched by
 /// [`Discovery::from_host`] in this order (a file reached twice is reported once). Paths
@@ -228,75 +231,59 @@ fn cache_string(bytes: &[u8], at: usize) -> Result<&[u8]> {
     Ok(&tail[..len])
 }
 
-/// One `/proc/<pid>/maps` line naming a file.
-struct MappedFile {
-    start: u64,
-    end: u64,
-    path: String,
-    deleted: bool,
+/// Whether a path's last component names the CUDA driver library ([`is_libcuda_name`]).
+pub fn is_libcuda_file(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(is_libcuda_name)
 }
 
-/// Parses `maps` lines `start-end perms offset dev inode   path`; the path is everything
-/// after the fifth field's padding (it may contain spaces). Only absolute paths are kept.
-fn parse_maps(contents: &str) -> Vec<MappedFile> {
-    contents
-        .lines()
-        .filter_map(|line| {
-            let mut rest = line;
-            let mut range = "";
-            for i in 0..5 {
-                rest = rest.trim_start_matches([' ', '\t']);
-                let n = rest.find([' ', '\t']).unwrap_or(rest.len());
-                if i == 0 {
-                    range = &rest[..n];
-                }
-                rest = &rest[n..];
-            }
-            let path = rest.trim_start_matches([' ', '\t']);
-            if !path.starts_with('/') {
-                return None;
-            }
-            let (start, end) = range.split_once('-')?;
-            let start = u64::from_str_radix(start, 16).ok()?;
-            let end = u64::from_str_radix(end, 16).ok()?;
-            let (path, deleted) = match path.strip_suffix(" (deleted)") {
-                Some(p) => (p, true),
-                None => (path, false),
-            };
-            Some(MappedFile {
-                start,
-                end,
-                path: path.to_string(),
-                deleted,
-            })
-        })
-        .collect()
+/// The first mapping of each distinct libcuda path, in maps order.
+#[derive(Default)]
+struct LibcudaMappings {
+    seen: HashSet<PathBuf>,
+    found: Vec<MappedFile>,
+}
+
+impl LibcudaMappings {
+    fn add(&mut self, m: MappedFile) {
+        if is_libcuda_file(&m.path) && self.seen.insert(m.path.clone()) {
+            self.found.push(m);
+        }
+    }
+}
+
+fn paths(found: Vec<MappedFile>) -> Vec<PathBuf> {
+    found.into_iter().map(|m| m.path).collect()
 }
 
 /// First mapping of each distinct libcuda path in `<proc_root>/<pid>/maps`.
 fn libcuda_mappings(proc_root: &Path, pid: u32) -> Result<Vec<MappedFile>> {
-    let path = proc_root.join(pid.to_string()).join("maps");
-    let contents =
-        fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let mut seen = HashSet::new();
-    Ok(parse_maps(&contents)
-        .into_iter()
-        .filter(|m| is_libcuda_name(&m.path) && seen.insert(m.path.clone()))
-        .collect())
+    let mut libcuda = LibcudaMappings::default();
+    maps::scan(proc_root, pid, |m| {
+        libcuda.add(m);
+        ControlFlow::Continue(())
+    })?;
+    Ok(libcuda.found)
+}
+
+/// The libcuda paths in `maps` contents (or in lines kept from it), as
+/// [`mapped_libcuda`] gives them.
+pub fn libcuda_in_maps(contents: &[u8]) -> Vec<PathBuf> {
+    let mut libcuda = LibcudaMappings::default();
+    maps::parse(contents).for_each(|m| libcuda.add(m));
+    paths(libcuda.found)
 }
 
 /// Paths of the libcuda files process `pid` has mapped, from `<proc_root>/<pid>/maps`.
 ///
 /// Paths are as seen inside the process's mount namespace, each once, in maps order, with
 /// a `" (deleted)"` suffix removed (the process keeps the old file mapped after a driver
-/// upgrade unlinked it). Paths may contain spaces.
+/// upgrade unlinked it). Paths may contain spaces. At most [`maps::MAX_MAPS_BYTES`] are read.
 ///
 /// Errors: `maps` cannot be read (process gone, no permission).
 pub fn mapped_libcuda(proc_root: &Path, pid: u32) -> Result<Vec<PathBuf>> {
-    Ok(libcuda_mappings(proc_root, pid)?
-        .into_iter()
-        .map(|m| PathBuf::from(m.path))
-        .collect())
+    Ok(paths(libcuda_mappings(proc_root, pid)?))
 }
 
 /// Where a [`LibTarget`] was found.
@@ -498,7 +485,7 @@ impl Discovery {
         let proc_dir = proc_root.join(pid.to_string());
         let mut out = Vec::new();
         for m in libcuda_mappings(proc_root, pid)? {
-            let path_in_ns = Path::new(&m.path);
+            let path_in_ns = m.path.as_path();
             let source = Source::ProcessMaps { pid };
             let found = if m.deleted {
                 let link = proc_dir
@@ -514,7 +501,7 @@ impl Discovery {
                     return Err(err.context(format!("process {pid} exited during discovery")))
                 }
                 Err(err) => {
-                    tracing::warn!(pid, path = %m.path, "cannot resolve mapped libcuda: {err:#}")
+                    tracing::warn!(pid, path = %m.path.display(), "cannot resolve mapped libcuda: {err:#}")
                 }
             }
         }
@@ -725,6 +712,8 @@ mod tests {
     use std::os::unix::fs::symlink;
     use std::process::{Command, Stdio};
 
+    use crate::host::procfs::maps::tests::MAPS_FIXTURE;
+
     const X86_64_LIBC6: i32 = 0x0303;
     const I386_LIBC6: i32 = 0x0003;
 
@@ -912,29 +901,21 @@ mod tests {
     #[test]
     fn maps_parsing() {
         let dir = tempfile::tempdir().unwrap();
-        let maps = "\
-00400000-00452000 r-xp 00000000 08:02 173521      /usr/bin/python3.11
-7f1c2a000000-7f1c2a200000 r--p 00000000 00:2a 1234    /opt/my libs/libcuda.so.590.48.01
-7f1c2a200000-7f1c2b000000 r-xp 00200000 00:2a 1234    /opt/my libs/libcuda.so.590.48.01
-7f1c2c000000-7f1c2c100000 r-xp 00000000 08:02 999     /usr/lib/x86_64-linux-gnu/libcudart.so.12.4.127
-7f1c2d000000-7f1c2d100000 r-xp 00000000 08:02 1000    /usr/lib/x86_64-linux-gnu/libcuda.so.535.1 (deleted)
-7f1c2e000000-7f1c2e100000 rw-p 00000000 00:00 0 
-7f1c2f000000-7f1c2f100000 rw-p 00000000 00:00 0       [heap]
-7f1c30000000-7f1c30001000 rw-s 00000000 00:05 77      /dev/nvidia-uvm
-7ffd0000000-7ffd0021000 rw-p 00000000 00:00 0         [stack]
-";
+        let maps = MAPS_FIXTURE;
         write(&dir.path().join("55/maps"), maps.as_bytes());
-        assert_eq!(
-            mapped_libcuda(dir.path(), 55).unwrap(),
-            vec![
-                PathBuf::from("/opt/my libs/libcuda.so.590.48.01"),
-                PathBuf::from("/usr/lib/x86_64-linux-gnu/libcuda.so.535.1"),
-            ]
-        );
-        let parsed = parse_maps(maps);
-        assert_eq!(parsed[0].start, 0x400000);
+        let want = vec![
+            PathBuf::from("/opt/my libs/libcuda.so.590.48.01"),
+            PathBuf::from("/usr/lib/x86_64-linux-gnu/libcuda.so.535.1"),
+        ];
+        assert_eq!(mapped_libcuda(dir.path(), 55).unwrap(), want);
+        assert_eq!(libcuda_in_maps(maps.as_bytes()), want);
+        let parsed = libcuda_mappings(dir.path(), 55).unwrap();
+        assert_eq!(parsed[0].start, 0x7f1c2a000000);
         assert!(parsed.iter().any(|m| m.deleted && m.end == 0x7f1c2d100000));
         assert!(mapped_libcuda(dir.path(), 56).is_err());
+        assert!(is_libcuda_file(Path::new("/dir with space/libcuda.so.1")));
+        assert!(!is_libcuda_file(Path::new("/usr/lib/libcuda.so.1/other")));
+        assert!(!is_libcuda_file(Path::new("/")));
     }
 
     #[test]

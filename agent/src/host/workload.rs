@@ -17,12 +17,12 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::{BufRead, BufReader, Read};
+use std::ops::ControlFlow;
 use std::path::{Component, Path, PathBuf};
 
 use serde::Serialize;
 
-use super::procfs::{cgroup, read_capped, split_nul};
+use super::procfs::{cgroup, maps, read_capped, split_nul};
 
 /// Engine names (the `uvmwatch.engine` span attribute and the opt-in `engine` label).
 pub const ENGINE_VLLM: &str = "vllm";
@@ -43,8 +43,6 @@ const MAX_QUANT_LEN: usize = 32;
 const MAX_ANCESTORS: usize = 6;
 /// Cap on the bytes read from `environ`, `cmdline` and single small files.
 const MAX_SMALL_FILE: u64 = 1 << 20;
-/// Cap on the bytes of `maps` scanned for `libtorch`.
-const MAX_MAPS: u64 = 16 << 20;
 
 /// What a traced process is, as far as procfs tells. Every field is optional: a field that
 /// cannot be found stays `None` rather than being guessed.
@@ -195,24 +193,18 @@ pub fn read_facts(proc_root: &Path, pid: u32) -> ProcFacts {
 }
 
 /// Scans `/proc/<pid>/maps` for the libraries of [`Mapped`] (stops early once torch and an
-/// engine are both seen; reads at most 16 MiB).
+/// engine are both seen; reads at most [`maps::MAX_MAPS_BYTES`]).
 pub fn read_mapped(proc_root: &Path, pid: u32) -> Mapped {
     let mut m = Mapped::default();
-    let Ok(f) = fs::File::open(proc_root.join(pid.to_string()).join("maps")) else {
-        return m;
-    };
-    for line in BufReader::new(f.take(MAX_MAPS)).split(b'\n') {
-        let Ok(line) = line else { break };
-        // Only lines with a path matter; the path is the last field.
-        let Some(pos) = line.iter().position(|&b| b == b'/') else {
-            continue;
-        };
-        let path = String::from_utf8_lossy(&line[pos..]);
-        mark_mapped(&mut m, &path);
+    // What was seen before an error (process gone) still counts.
+    let _ = maps::scan(proc_root, pid, |file| {
+        mark_mapped(&mut m, &file.path.to_string_lossy());
         if m.torch && (m.vllm || m.sglang || m.tensorrt_llm) {
-            break;
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
         }
-    }
+    });
     m
 }
 

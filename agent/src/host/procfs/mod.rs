@@ -1,5 +1,6 @@
 //! Readers for the parts of procfs the agent reports on: processes and threads (here),
-//! their containers ([`cgroup`]) and their open NVIDIA device nodes ([`nvidia_fds`]).
+//! their containers and pods ([`cgroup`]), their open NVIDIA device nodes
+//! ([`nvidia_fds`]) and the files they have mapped ([`maps`]).
 //!
 //! Every reader takes `proc_root` (normally `/proc`) so that it also runs on fixture trees
 //! laid out like procfs. A missing or malformed file is an error carrying the file's path;
@@ -9,6 +10,7 @@
 
 pub mod cgroup;
 mod fds;
+pub mod maps;
 
 use std::fs;
 use std::io::{self, Read};
