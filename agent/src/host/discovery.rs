@@ -8,15 +8,15 @@
 //! a different file there; resolving a name like `libcuda.so.1` against the host's
 //! linker cache instead is a known pitfall.
 
-use std::collections::{HashSet, VecDeque};
-use std::ffi::OsString;
+use std::collections::HashSet;
 use std::fs;
 use std::ops::ControlFlow;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use super::in_root;
 use super::procfs::maps::{self, MappedFile};
 
 /// Directories where NVIDIA driver packages and installers put `libcuda.so*`, searched by
@@ -409,7 +409,7 @@ impl Discovery {
         let mut add = |this: &mut Self, path: &Path, source: Source| {
             let found = match &root {
                 Some(root) => {
-                    resolve_in_root(root, None, path).and_then(|host| resolve(&host, path, source))
+                    in_root::resolve(root, None, path).and_then(|host| resolve(&host, path, source))
                 }
                 None => resolve(path, path, source),
             };
@@ -419,12 +419,16 @@ impl Discovery {
             }
         };
 
-        let cache_file = match &root {
-            Some(root) => under(root, ld_cache_path),
-            None => ld_cache_path.to_path_buf(),
-        };
-        match fs::read(&cache_file) {
-            Ok(bytes) => match parse_cache_entries(&bytes) {
+        let cache = match &root {
+            Some(root) => in_root::resolve(root, None, ld_cache_path),
+            None => Ok(ld_cache_path.to_path_buf()),
+        }
+        .and_then(|file| {
+            let bytes = fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            Ok((file, bytes))
+        });
+        match cache {
+            Ok((file, bytes)) => match parse_cache_entries(&bytes) {
                 Ok(entries) => {
                     for e in entries {
                         let native = NATIVE_ENTRY_FLAGS.is_none_or(|f| e.flags & 0xffff == f);
@@ -434,15 +438,17 @@ impl Discovery {
                     }
                 }
                 Err(err) => {
-                    tracing::warn!(cache = %cache_file.display(), "unreadable linker cache: {err:#}")
+                    tracing::warn!(cache = %file.display(), "unreadable linker cache: {err:#}")
                 }
             },
-            Err(err) => tracing::debug!(cache = %cache_file.display(), %err, "no linker cache"),
+            Err(err) => {
+                tracing::debug!(cache = %ld_cache_path.display(), "no linker cache: {err:#}")
+            }
         }
 
         for dir in dirs {
             let host_dir = match &root {
-                Some(root) => match resolve_in_root(root, None, Path::new(dir)) {
+                Some(root) => match in_root::resolve(root, None, Path::new(dir)) {
                     Ok(d) => d,
                     Err(err) => {
                         tracing::debug!(dir, "skipping driver directory: {err:#}");
@@ -532,13 +538,13 @@ impl Discovery {
 
         let root = proc_dir.join("root");
         let resolved = if given.is_absolute() {
-            resolve_in_root(&root, None, given).and_then(|host| {
+            in_root::resolve(&root, None, given).and_then(|host| {
                 let target = resolve(&host, given, source)?;
                 Ok((host, prefer_plain(target)))
             })
         } else {
             let cwd = proc_dir.join("cwd");
-            resolve_in_root(&root, Some(&cwd), given).and_then(|host| {
+            in_root::resolve(&root, Some(&cwd), given).and_then(|host| {
                 let shares_root = same_file(&root, Path::new("/"));
                 let in_ns = match fs::read_link(&cwd) {
                     Ok(c) if shares_root && c.is_absolute() => c.join(given),
@@ -591,7 +597,7 @@ fn resolve_process_path(
     source: Source,
 ) -> Result<LibTarget> {
     let root = proc_root.join(pid.to_string()).join("root");
-    let host = resolve_in_root(&root, None, path)?;
+    let host = in_root::resolve(&root, None, path)?;
     Ok(prefer_plain(resolve(&host, path, source)?))
 }
 
@@ -621,88 +627,6 @@ fn same_file(a: &Path, b: &Path) -> bool {
 fn host_root(proc_root: &Path) -> Option<PathBuf> {
     let init_root = proc_root.join("1").join("root");
     (init_root.exists() && !same_file(&init_root, Path::new("/"))).then_some(init_root)
-}
-
-/// `root` joined with an absolute or relative `path` (a leading `/` does not replace
-/// `root`).
-fn under(root: &Path, path: &Path) -> PathBuf {
-    root.join(path.strip_prefix("/").unwrap_or(path))
-}
-
-/// Most symlinks followed in one resolution (the kernel's `MAXSYMLINKS`).
-const MAX_SYMLINKS: usize = 40;
-
-/// One step of a path walk, owned so that link targets can be spliced in.
-enum Step {
-    Root,
-    Parent,
-    Name(OsString),
-}
-
-fn steps(path: &Path) -> impl DoubleEndedIterator<Item = Step> + '_ {
-    path.components().filter_map(|c| match c {
-        Component::RootDir | Component::Prefix(_) => Some(Step::Root),
-        Component::CurDir => None,
-        Component::ParentDir => Some(Step::Parent),
-        Component::Normal(name) => Some(Step::Name(name.to_os_string())),
-    })
-}
-
-/// Resolves `path` component by component as the kernel would for a process whose `/` is
-/// `root` and whose working directory is `cwd` (for relative paths): symlink targets are
-/// followed with absolute ones re-rooted at `root`, and `..` never climbs above `root`.
-/// Returns a host path under `root` (or `cwd`) with no symlink components left.
-fn resolve_in_root(root: &Path, cwd: Option<&Path>, path: &Path) -> Result<PathBuf> {
-    let (mut base, mut at_root) = if path.is_absolute() {
-        (root.to_path_buf(), true)
-    } else {
-        let cwd = cwd.ok_or_else(|| anyhow!("relative path {} without a cwd", path.display()))?;
-        (cwd.to_path_buf(), false)
-    };
-    let mut stack: Vec<OsString> = Vec::new();
-    let mut pending: VecDeque<Step> = steps(path).collect();
-    let mut follows = 0;
-    while let Some(step) = pending.pop_front() {
-        match step {
-            Step::Root => {
-                base = root.to_path_buf();
-                at_root = true;
-                stack.clear();
-            }
-            Step::Parent => {
-                if stack.pop().is_none() && !at_root {
-                    base.push("..");
-                }
-            }
-            Step::Name(name) => {
-                let mut candidate = base.clone();
-                candidate.extend(&stack);
-                candidate.push(&name);
-                let meta = fs::symlink_metadata(&candidate).with_context(|| {
-                    format!("resolving {}: stat {}", path.display(), candidate.display())
-                })?;
-                if !meta.file_type().is_symlink() {
-                    stack.push(name);
-                    continue;
-                }
-                follows += 1;
-                if follows > MAX_SYMLINKS {
-                    bail!(
-                        "resolving {}: too many levels of symbolic links",
-                        path.display()
-                    );
-                }
-                let target = fs::read_link(&candidate)
-                    .with_context(|| format!("reading link {}", candidate.display()))?;
-                for step in steps(&target).rev() {
-                    pending.push_front(step);
-                }
-            }
-        }
-    }
-    let mut out = base;
-    out.extend(&stack);
-    Ok(out)
 }
 
 #[cfg(test)]

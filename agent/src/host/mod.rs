@@ -4,5 +4,6 @@
 
 pub mod discovery;
 pub mod identity;
+pub mod in_root;
 pub mod procfs;
 pub mod workload;

@@ -6,10 +6,10 @@
 //! where `setproctitle` titles such as `VLLM::Worker_TP1` appear), selected variables of
 //! `environ` (never the whole environment: it holds tokens), `cgroup` (container id, pod
 //! UID), `maps` (only for Python processes no command line identified: is `torch` loaded),
-//! the parent chain (a spawned vLLM worker inherits the server's model), and two files read
-//! through the process's own root (`/proc/<pid>/root`): the service-account namespace file
-//! and `/etc/hostname`. What is recognised, from where and the limits are in
-//! `docs/workload-identity.md`.
+//! the parent chain (a spawned vLLM worker inherits the server's model), and files resolved
+//! inside the process's own root (`/proc/<pid>/root`, see [`super::in_root`]): the
+//! service-account namespace file, `/etc/hostname` and Ollama's manifests. What is
+//! recognised, from where and the limits are in `docs/workload-identity.md`.
 //!
 //! Values are bounded: the engine and the quantization come from fixed vocabularies (an
 //! unknown `--quantization` value is kept only when short and made of `[a-z0-9_-]`), the
@@ -18,10 +18,11 @@
 use std::collections::HashMap;
 use std::fs;
 use std::ops::ControlFlow;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::in_root;
 use super::procfs::{cgroup, maps, read_capped, split_nul};
 
 /// Engine names (the `uvmwatch.engine` span attribute and the opt-in `engine` label).
@@ -43,6 +44,8 @@ const MAX_QUANT_LEN: usize = 32;
 const MAX_ANCESTORS: usize = 6;
 /// Cap on the bytes read from `environ`, `cmdline` and single small files.
 const MAX_SMALL_FILE: u64 = 1 << 20;
+/// Cap on the bytes of a file read in the process's root (namespace, hostname).
+const MAX_ROOT_FILE: u64 = 4096;
 
 /// What a traced process is, as far as procfs tells. Every field is optional: a field that
 /// cannot be found stays `None` rather than being guessed.
@@ -171,15 +174,18 @@ pub fn read_facts(proc_root: &Path, pid: u32) -> ProcFacts {
         .map(|b| String::from_utf8_lossy(&b).trim_end().to_string())
         .unwrap_or_default();
     let root = dir.join("root");
+    let read_in_root = |path: &str| {
+        in_root::read_capped(&root, Path::new(path), MAX_ROOT_FILE)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+    };
     let sa_namespace = [
-        "run/secrets/kubernetes.io/serviceaccount/namespace",
-        "var/run/secrets/kubernetes.io/serviceaccount/namespace",
+        "/run/secrets/kubernetes.io/serviceaccount/namespace",
+        "/var/run/secrets/kubernetes.io/serviceaccount/namespace",
     ]
-    .iter()
-    .find_map(|rel| read_in_root(&root, Path::new(rel)))
+    .into_iter()
+    .find_map(read_in_root)
     .and_then(|s| clean_k8s_name(&s));
-    let root_hostname =
-        read_in_root(&root, Path::new("etc/hostname")).and_then(|s| clean_k8s_name(&s));
+    let root_hostname = read_in_root("/etc/hostname").and_then(|s| clean_k8s_name(&s));
     ProcFacts {
         exe: fs::read_link(dir.join("exe")).ok(),
         comm,
@@ -880,24 +886,6 @@ fn pick_env(b: &[u8]) -> HashMap<String, String> {
     m
 }
 
-/// Reads a small file at `rel` under a process root (`/proc/<pid>/root`) without following
-/// any symbolic link on the way: an absolute link inside a container would resolve against
-/// the agent's own root, not the container's.
-fn read_in_root(root: &Path, rel: &Path) -> Option<String> {
-    let mut p = root.to_path_buf();
-    for c in rel.components() {
-        match c {
-            Component::Normal(n) => p.push(n),
-            _ => return None,
-        }
-        if fs::symlink_metadata(&p).ok()?.file_type().is_symlink() {
-            return None;
-        }
-    }
-    let b = read_capped(&p, 4096)?;
-    Some(String::from_utf8_lossy(&b).into_owned())
-}
-
 // --- Ollama model names -------------------------------------------------------------------------
 
 /// For an Ollama runner whose model is a blob path (`.../models/blobs/sha256-<hex>`): the
@@ -909,20 +897,8 @@ pub fn ollama_model_name(proc_root: &Path, pid: u32, blob: &str) -> Option<Strin
     let file = blob_path.file_name()?.to_str()?;
     let digest = file.strip_prefix("sha256-")?;
     let models = blob_path.parent()?.parent()?;
-    let rel = models.strip_prefix("/").ok()?;
     let root = proc_root.join(pid.to_string()).join("root");
-    // No symlinks on the way to the models directory (see read_in_root).
-    let mut p = root.clone();
-    for c in rel.components() {
-        match c {
-            Component::Normal(n) => p.push(n),
-            _ => return None,
-        }
-        if fs::symlink_metadata(&p).ok()?.file_type().is_symlink() {
-            return None;
-        }
-    }
-    let manifests = p.join("manifests");
+    let manifests = in_root::resolve(&root, None, &models.join("manifests")).ok()?;
     let needle = format!("sha256:{digest}");
     let mut budget = 2000usize;
     find_manifest(&manifests, &manifests, &needle, 0, &mut budget)
@@ -1523,21 +1499,6 @@ mod tests {
         let e = pick_env(b"HF_TOKEN=hf_x\0RANK=2\0AWS_SECRET_ACCESS_KEY=y\0POD_NAME=p\0");
         assert_eq!(e.len(), 2);
         assert!(!e.contains_key("HF_TOKEN"));
-    }
-
-    #[test]
-    fn files_under_a_process_root_never_follow_symlinks() {
-        let t = tempfile::tempdir().unwrap();
-        let root = t.path().join("root");
-        fs::create_dir_all(root.join("real/secrets")).unwrap();
-        fs::write(root.join("real/secrets/namespace"), "ns\n").unwrap();
-        std::os::unix::fs::symlink("/etc", root.join("etc")).unwrap();
-        assert_eq!(
-            read_in_root(&root, Path::new("real/secrets/namespace")).as_deref(),
-            Some("ns\n")
-        );
-        assert_eq!(read_in_root(&root, Path::new("etc/hostname")), None);
-        assert_eq!(read_in_root(&root, Path::new("../x")), None);
     }
 
     #[test]
