@@ -7,12 +7,12 @@ use super::is_libcuda_name;
 
 const OLD_CACHE_MAGIC: &[u8] = b"ld.so-1.7.0";
 const NEW_CACHE_MAGIC: &[u8] = b"glibc-ld.so.cache1.1";
-/// `struct cache_file` (old format): magic[11], pad, `u32 nlibs`.
+/// `struct cache_file` (old format): `magic[11]`, pad, `u32 nlibs`.
 const OLD_HEADER_LEN: usize = 16;
 /// `struct file_entry` (old format): `i32 flags; u32 key, value`.
 const OLD_ENTRY_LEN: usize = 12;
-/// `struct cache_file_new`: magic+version[20], `u32 nlibs`, `u32 len_strings`, `u8 flags`,
-/// pad[3], `u32 extension_offset`, `u32 unused[3]`.
+/// `struct cache_file_new`: `magic+version[20]`, `u32 nlibs`, `u32 len_strings`, `u8 flags`,
+/// `pad[3]`, `u32 extension_offset`, `u32 unused[3]`.
 const NEW_HEADER_LEN: usize = 48;
 /// `struct file_entry_new`: `i32 flags; u32 key, value; u32 osversion; u64 hwcap`.
 const NEW_ENTRY_LEN: usize = 24;
