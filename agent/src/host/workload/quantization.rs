@@ -140,48 +140,43 @@ mod tests {
 
     #[test]
     fn model_name_quantization() {
-        let q = |m: &str| quant_from_model_name(m);
-        assert_eq!(
-            q("nvidia/Llama-3.1-8B-Instruct-FP4").as_deref(),
-            Some("nvfp4")
-        );
-        assert_eq!(
-            q("nvidia/Llama-3.3-70B-Instruct-NVFP4").as_deref(),
-            Some("nvfp4")
-        );
-        assert_eq!(q("openai/gpt-oss-120b-MXFP4").as_deref(), Some("mxfp4"));
-        assert_eq!(
-            q("neuralmagic/Meta-Llama-3.1-8B-Instruct-FP8-dynamic").as_deref(),
-            Some("fp8")
-        );
-        assert_eq!(
-            q("RedHatAI/Llama-3.1-8B-Instruct-quantized.w8a8").as_deref(),
-            Some("int8")
-        );
-        assert_eq!(
-            q("RedHatAI/Llama-3.1-8B-Instruct-quantized.w4a16").as_deref(),
-            Some("int4")
-        );
-        assert_eq!(q("TheBloke/Llama-2-7B-GPTQ").as_deref(), Some("gptq"));
-        assert_eq!(
-            q("hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4").as_deref(),
-            Some("awq")
-        );
-        assert_eq!(
-            q("unsloth/llama-3-8b-bnb-4bit").as_deref(),
-            Some("bitsandbytes")
-        );
-        assert_eq!(
-            q("/models/Meta-Llama-3-8B-Instruct.Q5_K_M.gguf").as_deref(),
-            Some("q5_k_m")
-        );
-        assert_eq!(q("/models/model.IQ4_XS.gguf").as_deref(), Some("iq4_xs"));
-        assert_eq!(q("/models/model.gguf").as_deref(), Some("gguf"));
-        assert_eq!(q("meta-llama/Llama-3.1-8B-Instruct"), None);
-        // Only the last component counts: an org called "fp8-lab" says nothing.
-        assert_eq!(q("fp8-lab/llama"), None);
-        // "q4_0" inside a longer token is not a GGUF type.
-        assert_eq!(q("org/xq4_0y"), None);
+        let cases = [
+            ("nvidia/Llama-3.1-8B-Instruct-FP4", Some("nvfp4")),
+            ("nvidia/Llama-3.3-70B-Instruct-NVFP4", Some("nvfp4")),
+            ("openai/gpt-oss-120b-MXFP4", Some("mxfp4")),
+            (
+                "neuralmagic/Meta-Llama-3.1-8B-Instruct-FP8-dynamic",
+                Some("fp8"),
+            ),
+            (
+                "RedHatAI/Llama-3.1-8B-Instruct-quantized.w8a8",
+                Some("int8"),
+            ),
+            (
+                "RedHatAI/Llama-3.1-8B-Instruct-quantized.w4a16",
+                Some("int4"),
+            ),
+            ("TheBloke/Llama-2-7B-GPTQ", Some("gptq")),
+            (
+                "hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4",
+                Some("awq"),
+            ),
+            ("unsloth/llama-3-8b-bnb-4bit", Some("bitsandbytes")),
+            (
+                "/models/Meta-Llama-3-8B-Instruct.Q5_K_M.gguf",
+                Some("q5_k_m"),
+            ),
+            ("/models/model.IQ4_XS.gguf", Some("iq4_xs")),
+            ("/models/model.gguf", Some("gguf")),
+            ("meta-llama/Llama-3.1-8B-Instruct", None),
+            // Only the last component counts: an org called "fp8-lab" says nothing.
+            ("fp8-lab/llama", None),
+            // "q4_0" inside a longer token is not a GGUF type.
+            ("org/xq4_0y", None),
+        ];
+        for (model, want) in cases {
+            assert_eq!(quant_from_model_name(model).as_deref(), want, "{model}");
+        }
     }
 
     #[test]
