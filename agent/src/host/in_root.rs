@@ -3,8 +3,8 @@
 //! resolution ([`read_capped`]).
 //!
 //! Following a link found there with the agent's own root would be wrong: an absolute link
-//! inside a container names a file of the container (`/etc/hostname -> /run/...`), not of
-//! the host, and `..` must not climb out of the container's root. Used for the libcuda
+//! inside a container names a file of the container (`/var/run -> /run`), not of the
+//! host, and `..` must not climb out of the container's root. Used for the libcuda
 //! files of a process ([`super::discovery`]) and the files the workload identification
 //! reads in a pod ([`super::workload`]).
 
@@ -37,7 +37,9 @@ fn steps(path: &Path) -> impl DoubleEndedIterator<Item = Step> + '_ {
 /// Resolves `path` component by component as the kernel would for a process whose `/` is
 /// `root` and whose working directory is `cwd` (for relative paths): symlink targets are
 /// followed with absolute ones re-rooted at `root`, and `..` never climbs above `root`.
-/// Returns a host path under `root` (or `cwd`) with no symlink components left.
+/// Returns a host path under `root` (or `cwd`) with no symlink components left. For a
+/// relative path, a `..` above `cwd` is kept as `cwd/..`, for the kernel to walk from the
+/// cwd's own directory.
 ///
 /// Errors: a relative path without `cwd`, a component that does not exist or cannot be
 /// stat'ed, more than [`MAX_SYMLINKS`] links followed (a loop).

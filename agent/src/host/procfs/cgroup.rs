@@ -137,6 +137,22 @@ pub(crate) mod tests {
             Some(FIXTURE_POD_UID)
         );
         assert_eq!(pod_uid("0::/system.slice/pod.service\n"), None);
+        // A kubelet with a cgroup root of its own (kind, kubeadm `--cgroup-root`).
+        assert_eq!(
+            pod_uid("0::/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod11111111_2222_3333_4444_555555555555.slice/cri-containerd-ab.scope\n").as_deref(),
+            Some("11111111-2222-3333-4444-555555555555")
+        );
+        // Hex and dashes that are no UID; a UID outside a kubepods slice; underscores in a
+        // cgroupfs name.
+        assert_eq!(pod_uid("0::/kubepods/burstable/podabc-def/x\n"), None);
+        assert_eq!(
+            pod_uid("0::/kubepods.slice/other-pod11111111_2222_3333_4444_555555555555.slice\n"),
+            None
+        );
+        assert_eq!(
+            pod_uid("0::/kubepods/pod11111111_2222_3333_4444_555555555555/x\n"),
+            None
+        );
     }
 
     #[test]
