@@ -90,7 +90,8 @@ pub struct ContainerInputs {
 /// Decides where the doctor runs, and names the source that decided.
 ///
 /// In order: a `kubepods` cgroup path or `KUBERNETES_SERVICE_HOST` in init's environment
-/// (`kubernetes`, with the pod UID from the cgroup path); the runtime named by the cgroup
+/// (`kubernetes`, with the pod UID from the cgroup path, see
+/// [`crate::host::procfs::cgroup::pod_uid`]); the runtime named by the cgroup
 /// path that holds a container id (`docker`, `containerd`, `cri-o`, `podman`, `lxc`, see
 /// [`crate::host::procfs::container_id`]); `/.dockerenv` (`docker`); `/run/.containerenv`
 /// (`podman`); `container=` in init's environment (`lxc`, `docker`, `podman`, else
@@ -127,7 +128,9 @@ pub fn detect_container(inputs: &ContainerInputs) -> (ContainerInfo, String) {
         .iter()
         .find(|(_, text)| text.contains("kubepods"))
         .map(|(source, _)| *source);
-    let pod_uid = cgroups.iter().find_map(|(_, text)| pod_uid(text));
+    let pod_uid = cgroups
+        .iter()
+        .find_map(|(_, text)| crate::host::procfs::cgroup::pod_uid(text));
 
     let (kind, source) = if let Some(source) = k8s_cgroup {
         ("kubernetes".to_string(), source.to_string())
@@ -189,27 +192,6 @@ fn runtime_of_cgroup_line(line: &str) -> Option<&'static str> {
     } else {
         None
     }
-}
-
-/// Kubernetes pod UID from `/proc/<pid>/cgroup` contents: the `pod<uid>` component of a
-/// `kubepods` path (cgroupfs driver: `/kubepods/burstable/pod<uid>/...`; systemd driver:
-/// `kubepods-burstable-pod<uid with _ for ->.slice`), with dashes.
-pub fn pod_uid(cgroup_text: &str) -> Option<String> {
-    cgroup_text.lines().find_map(|line| {
-        let path = line.splitn(3, ':').nth(2)?;
-        if !path.contains("kubepods") {
-            return None;
-        }
-        path.split('/').find_map(|comp| {
-            let stem = comp.strip_suffix(".slice").unwrap_or(comp);
-            let raw = stem
-                .strip_prefix("pod")
-                .or_else(|| stem.rsplit('-').next()?.strip_prefix("pod"))?;
-            let uid = raw.replace('_', "-");
-            (!uid.is_empty() && uid.chars().all(|c| c.is_ascii_hexdigit() || c == '-'))
-                .then_some(uid)
-        })
-    })
 }
 
 #[cfg(test)]
@@ -289,14 +271,5 @@ mod tests {
             ..ContainerInputs::default()
         };
         assert_eq!(detect_container(&dockerd_host).0.kind, "host");
-
-        assert_eq!(
-            pod_uid(&format!(
-                "0::/kubepods/pod{FIXTURE_POD_UID}/{FIXTURE_CONTAINER_ID}\n"
-            ))
-            .as_deref(),
-            Some(FIXTURE_POD_UID)
-        );
-        assert_eq!(pod_uid("0::/system.slice/pod.service\n"), None);
     }
 }

@@ -35,14 +35,14 @@ pub(super) fn collect_processes(root: &Root) -> (Fact<Vec<String>>, Fact<Vec<Map
                 daemons.push(name.to_string());
             }
         }
-        let maps = root.scan_filtered(&format!("/proc/{pid}/maps"), b'\n', &keep_libcuda_line);
-        if !matches!(&maps, Ok(kept) if !kept.is_empty()) {
-            continue;
-        }
-        // The process may have exited since: skip it then.
-        let Ok(paths) = crate::host::discovery::mapped_libcuda(&proc_dir, pid) else {
+        let Ok(kept) = root.scan_filtered(&format!("/proc/{pid}/maps"), b'\n', &keep_libcuda_line)
+        else {
             continue;
         };
+        let paths = crate::host::discovery::libcuda_in_maps(&kept);
+        if paths.is_empty() {
+            continue;
+        }
         let comm = root
             .read_to_string(&format!("/proc/{pid}/comm"))
             .map(|c| c.trim_end_matches('\n').to_string())
@@ -74,14 +74,12 @@ pub fn daemon_of_comm(comm: &str) -> Option<&'static str> {
         .find(|d| comm == *d || (comm.len() == 15 && d.starts_with(comm)))
 }
 
-/// Keeps a `/proc/<pid>/maps` line whose path names libcuda
-/// ([`crate::host::discovery::is_libcuda_name`]); the path is everything from the first `/` (the
-/// fields before it hold none).
+/// Keeps a `/proc/<pid>/maps` line ([`crate::host::procfs::maps::parse_line`]) whose path
+/// names libcuda ([`crate::host::discovery::is_libcuda_file`]).
 fn keep_libcuda_line(line: &[u8]) -> Option<Vec<u8>> {
-    let text = String::from_utf8_lossy(line);
-    let path = &text[text.find('/')?..];
-    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
-    crate::host::discovery::is_libcuda_name(path).then(|| line.to_vec())
+    crate::host::procfs::maps::parse_line(line)
+        .is_some_and(|m| crate::host::discovery::is_libcuda_file(&m.path))
+        .then(|| line.to_vec())
 }
 
 /// Driver version in a libcuda file name: `libcuda.so.590.48.01` gives `590.48.01`; names

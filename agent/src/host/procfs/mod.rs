@@ -1,5 +1,6 @@
-//! Readers for the parts of procfs the agent reports on: processes, threads, their
-//! containers and their open NVIDIA device nodes.
+//! Readers for the parts of procfs the agent reports on: processes and threads (here),
+//! their containers and pods ([`cgroup`]), their open NVIDIA device nodes
+//! ([`nvidia_fds`]) and the files they have mapped ([`maps`]).
 //!
 //! Every reader takes `proc_root` (normally `/proc`) so that it also runs on fixture trees
 //! laid out like procfs. A missing or malformed file is an error carrying the file's path;
@@ -7,15 +8,18 @@
 //! Field layouts follow the kernel's `Documentation/filesystems/proc.rst` and
 //! `fs/proc/array.c`.
 
+pub mod cgroup;
+mod fds;
+pub mod maps;
+
 use std::fs;
-use std::io;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
 
-/// `O_CLOEXEC` as printed (octal) on the `flags:` line of `/proc/<pid>/fdinfo/<fd>`
-/// (x86_64 and aarch64 value, `include/uapi/asm-generic/fcntl.h`).
-pub const O_CLOEXEC_FDINFO: u32 = 0o2_000_000;
+pub use cgroup::container_id;
+pub use fds::{nvidia_fds, NodeKind, OpenNvidiaFd, O_CLOEXEC_FDINFO};
 
 /// Lists the numeric entries (process ids, i.e. thread-group ids) of `proc_root`.
 ///
@@ -121,7 +125,7 @@ pub fn read_thread(proc_root: &Path, pid: u32, tid: u32) -> Result<ThreadInfo> {
     let cmdline_path = proc_dir.join("cmdline");
     let cmdline =
         fs::read(&cmdline_path).with_context(|| format!("reading {}", cmdline_path.display()))?;
-    let cmdline = split_cmdline(&cmdline);
+    let cmdline = split_nul(&cmdline);
 
     let wchan = read_optional(&task_dir.join("wchan")).and_then(|w| {
         let w = w.trim();
@@ -243,193 +247,21 @@ pub fn tgid_of(proc_root: &Path, tid: u32) -> Result<u32> {
         .ok_or_else(|| anyhow!("no valid Tgid: line in {}", path.display()))
 }
 
-/// Container id of a process from the contents of its `/proc/<pid>/cgroup` file.
-///
-/// Each line is `hierarchy-id:controllers:path` (cgroup v1 lines and the v2 `0::` line are
-/// treated alike). Recognised, deepest path component winning (so docker-in-docker gives
-/// the inner container), first matching line winning:
-/// - a component that is exactly 64 lowercase hex digits: docker cgroupfs
-///   (`/docker/<id>`), Kubernetes cgroupfs driver (`/kubepods/<qos>/pod<uid>/<id>`);
-/// - `docker-<id>.scope`, `cri-containerd-<id>.scope`, `crio-<id>.scope`,
-///   `libpod-<id>.scope` (systemd driver; the `.scope` suffix is optional). The
-///   `crio-conmon-` / `libpod-conmon-` scopes hold the monitor, not the container, and do
-///   not match;
-/// - LXC/LXD: `/lxc/<name>`, `lxc.payload.<name>` or `lxc.payload/<name>`, returned as
-///   `lxc:<name>` (`lxc.monitor.<name>` holds the monitor and does not match).
-///
-/// Returns the 64-hex id (or `lxc:<name>`), or `None` for host processes and processes in
-/// a private cgroup namespace (whose paths read `/`).
-pub fn container_id(cgroup_file_contents: &str) -> Option<String> {
-    cgroup_file_contents.lines().find_map(|line| {
-        // hierarchy-id ":" controllers ":" path — the path itself may contain ':'.
-        let mut parts = line.splitn(3, ':');
-        let (_, _, path) = (parts.next()?, parts.next()?, parts.next()?);
-        container_id_of_path(path)
-    })
-}
-
-fn container_id_of_path(path: &str) -> Option<String> {
-    let comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
-    for i in (0..comps.len()).rev() {
-        let comp = comps[i];
-        if is_hex64(comp) {
-            return Some(comp.to_string());
-        }
-        let stem = comp.strip_suffix(".scope").unwrap_or(comp);
-        for prefix in ["docker-", "cri-containerd-", "crio-", "libpod-"] {
-            if let Some(id) = stem.strip_prefix(prefix) {
-                if is_hex64(id) {
-                    return Some(id.to_string());
-                }
-            }
-        }
-        if let Some(name) = comp.strip_prefix("lxc.payload.") {
-            if !name.is_empty() {
-                return Some(format!("lxc:{name}"));
-            }
-        }
-        if i > 0 && (comps[i - 1] == "lxc" || comps[i - 1] == "lxc.payload") {
-            return Some(format!("lxc:{comp}"));
-        }
-    }
-    None
-}
-
-fn is_hex64(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
-
-/// Kind of NVIDIA character device an fd refers to (see the device-node table of
-/// `shared/reference/nvidia-uvm.md`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum NodeKind {
-    /// `/dev/nvidiactl` (major 195, minor 255): RM control node.
-    Ctl,
-    /// `/dev/nvidia<N>` (major 195, minor N, 0..=254): one GPU; the value is N.
-    Gpu(u32),
-    /// `/dev/nvidia-uvm` (dynamic major, minor 0).
-    Uvm,
-    /// `/dev/nvidia-uvm-tools` (dynamic major, minor 1): profiler/event interface.
-    UvmTools,
-}
-
-impl NodeKind {
-    /// Recognises exactly `/dev/nvidiactl`, `/dev/nvidia<N>` (N decimal without leading
-    /// zeros, 0..=254), `/dev/nvidia-uvm` and `/dev/nvidia-uvm-tools`. Every other path
-    /// (`/dev/nvidia-modeset`, `/dev/nvidia-caps/...`, `/dev/nvidia-nvswitch0`,
-    /// `/dev/nvidiactlx`, `/dev/nvidia255`, relative paths, ...) gives `None`.
-    pub fn from_dev_path(path: &str) -> Option<NodeKind> {
-        let name = path.strip_prefix("/dev/")?;
-        match name {
-            "nvidiactl" => Some(NodeKind::Ctl),
-            "nvidia-uvm" => Some(NodeKind::Uvm),
-            "nvidia-uvm-tools" => Some(NodeKind::UvmTools),
-            _ => {
-                let digits = name.strip_prefix("nvidia")?;
-                let minor = parse_decimal_u32(digits)?;
-                (minor <= 254).then_some(NodeKind::Gpu(minor))
-            }
-        }
-    }
-
-    /// Basename of the device node: `nvidiactl`, `nvidia<N>`, `nvidia-uvm` or
-    /// `nvidia-uvm-tools`.
-    pub fn label(&self) -> String {
-        match self {
-            NodeKind::Ctl => "nvidiactl".to_string(),
-            NodeKind::Gpu(n) => format!("nvidia{n}"),
-            NodeKind::Uvm => "nvidia-uvm".to_string(),
-            NodeKind::UvmTools => "nvidia-uvm-tools".to_string(),
-        }
-    }
-}
-
-/// One open file descriptor of a process that refers to an NVIDIA device node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct OpenNvidiaFd {
-    /// File descriptor number in the process.
-    pub fd: u32,
-    /// Which node the fd's link names.
-    pub node: NodeKind,
-    /// Whether `O_CLOEXEC` ([`O_CLOEXEC_FDINFO`]) is set on the `flags:` line of
-    /// `fdinfo/<fd>`.
-    pub cloexec: bool,
-}
-
-/// Open NVIDIA device fds of process `pid`, sorted by fd number.
-///
-/// Source: `readlink(<proc_root>/<pid>/fd/<fd>)`, matched with [`NodeKind::from_dev_path`]
-/// after removing a `" (deleted)"` suffix (a node unlinked and re-created while open), and
-/// the octal `flags:` line of `<proc_root>/<pid>/fdinfo/<fd>`. Reading another user's fds
-/// needs ptrace access (root).
-///
-/// Errors: the `fd` directory cannot be listed (process gone, no permission), or an
-/// NVIDIA fd's `fdinfo` exists but has no parsable `flags:` line. Fds closed while the
-/// directory is walked are skipped.
-pub fn nvidia_fds(proc_root: &Path, pid: u32) -> Result<Vec<OpenNvidiaFd>> {
-    let proc_dir = proc_root.join(pid.to_string());
-    let fd_dir = proc_dir.join("fd");
-    let entries = fs::read_dir(&fd_dir).with_context(|| format!("listing {}", fd_dir.display()))?;
-    let mut out = Vec::new();
-    for entry in entries {
-        let entry = match entry {
-            Ok(entry) => entry,
-            Err(err) if is_gone(&err) => continue,
-            Err(err) => return Err(err).with_context(|| format!("listing {}", fd_dir.display())),
-        };
-        let Some(fd) = entry.file_name().to_str().and_then(parse_decimal_u32) else {
-            continue;
-        };
-        let target = match fs::read_link(entry.path()) {
-            Ok(target) => target,
-            Err(err) if is_gone(&err) => continue,
-            Err(err) => {
-                return Err(err).with_context(|| format!("reading link {}", entry.path().display()))
-            }
-        };
-        let Some(target) = target.to_str() else {
-            continue;
-        };
-        let target = target.strip_suffix(" (deleted)").unwrap_or(target);
-        let Some(node) = NodeKind::from_dev_path(target) else {
-            continue;
-        };
-
-        let info_path = proc_dir.join("fdinfo").join(fd.to_string());
-        let info = match fs::read_to_string(&info_path) {
-            Ok(info) => info,
-            Err(err) if is_gone(&err) => continue,
-            Err(err) => {
-                return Err(err).with_context(|| format!("reading {}", info_path.display()))
-            }
-        };
-        let flags = info
-            .lines()
-            .find_map(|line| line.strip_prefix("flags:"))
-            .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
-            .ok_or_else(|| anyhow!("no valid octal flags: line in {}", info_path.display()))?;
-        out.push(OpenNvidiaFd {
-            fd,
-            node,
-            cloexec: flags & O_CLOEXEC_FDINFO != 0,
-        });
-    }
-    out.sort_unstable_by_key(|f| f.fd);
-    Ok(out)
-}
-
-/// `ENOENT` or `ESRCH`: what procfs returns for a task or fd that went away.
-fn is_gone(err: &io::Error) -> bool {
-    err.kind() == io::ErrorKind::NotFound || err.raw_os_error() == Some(libc::ESRCH)
-}
-
 /// Decimal `u32` without sign, spaces or leading zeros (except `"0"` itself).
-fn parse_decimal_u32(s: &str) -> Option<u32> {
+pub(super) fn parse_decimal_u32(s: &str) -> Option<u32> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) || (s.len() > 1 && s.starts_with('0'))
     {
         return None;
     }
     s.parse().ok()
+}
+
+/// The first `max` bytes of the file at `path`; `None` when it cannot be opened or read.
+pub fn read_capped(path: &Path, max: u64) -> Option<Vec<u8>> {
+    let f = fs::File::open(path).ok()?;
+    let mut buf = Vec::new();
+    f.take(max).read_to_end(&mut buf).ok()?;
+    Some(buf)
 }
 
 fn read_optional(path: &Path) -> Option<String> {
@@ -466,7 +298,9 @@ fn parse_stat_comm_state(stat: &[u8]) -> Result<(String, char)> {
     Ok((comm, state))
 }
 
-fn split_cmdline(bytes: &[u8]) -> Vec<String> {
+/// Splits NUL-separated fields (`cmdline`, `environ`): one trailing NUL is dropped, empty
+/// input gives no field, invalid UTF-8 becomes U+FFFD.
+pub fn split_nul(bytes: &[u8]) -> Vec<String> {
     let bytes = bytes.strip_suffix(b"\0").unwrap_or(bytes);
     if bytes.is_empty() {
         return Vec::new();
@@ -719,187 +553,12 @@ mod tests {
     }
 
     #[test]
-    fn container_ids() {
-        let pod = "pod0f3c3c51-5b0e-4a4e-9d7e-2b0d9d7c1a11";
-        let cases: Vec<(String, Option<String>)> = vec![
-            // docker, cgroup v1 cgroupfs driver
-            (
-                format!("12:memory:/docker/{ID}\n11:cpu,cpuacct:/docker/{ID}\n0::/\n"),
-                Some(ID.into()),
-            ),
-            // docker, cgroup v2 systemd driver
-            (format!("0::/system.slice/docker-{ID}.scope\n"), Some(ID.into())),
-            // docker, v1 hybrid name=systemd line first
-            (
-                format!("1:name=systemd:/system.slice/docker-{ID}.scope\n0::/system.slice/docker-{ID}.scope\n"),
-                Some(ID.into()),
-            ),
-            // containerd CRI, systemd driver, v2
-            (
-                format!("0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-{}.slice/cri-containerd-{ID}.scope\n", pod.replace('-', "_")),
-                Some(ID.into()),
-            ),
-            // Kubernetes cgroupfs driver, v1 (containerd or docker)
-            (
-                format!("4:memory:/kubepods/burstable/{pod}/{ID}\n3:cpuset:/kubepods/burstable/{pod}/{ID}\n"),
-                Some(ID.into()),
-            ),
-            // cri-o, systemd driver
-            (
-                format!("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-{}.slice/crio-{ID}.scope\n", pod.replace('-', "_")),
-                Some(ID.into()),
-            ),
-            // cri-o monitor is not the container
-            (format!("0::/system.slice/crio-conmon-{ID}.scope\n"), None),
-            // podman rootful, v2, with crun's inner "container" cgroup
-            (format!("0::/machine.slice/libpod-{ID}.scope/container\n"), Some(ID.into())),
-            // podman rootless
-            (
-                format!("0::/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope\n"),
-                Some(ID.into()),
-            ),
-            (format!("0::/machine.slice/libpod-conmon-{ID}.scope\n"), None),
-            // docker in docker: the innermost wins
-            (
-                format!("0::/docker/{}/docker/{ID}\n", "a".repeat(64)),
-                Some(ID.into()),
-            ),
-            // LXC v1, LXC 4+/LXD v2, LXC 3 v2
-            ("10:devices:/lxc/gpu-box\n".into(), Some("lxc:gpu-box".into())),
-            ("0::/lxc.payload.trainer/system.slice/cron.service\n".into(), Some("lxc:trainer".into())),
-            ("0::/lxc.payload/trainer\n".into(), Some("lxc:trainer".into())),
-            ("0::/lxc.monitor.trainer\n".into(), None),
-            // host and private-namespace processes
-            ("0::/user.slice/user-0.slice/session-3.scope\n".into(), None),
-            ("0::/\n".into(), None),
-            ("4:memory:/process_api/c611f00ce5b6fbd1459612c23601358b\n0::/\n".into(), None),
-            // upper-case or short ids are not container ids
-            (format!("0::/docker/{}\n", ID.to_uppercase()), None),
-            (format!("0::/docker/{}\n", &ID[..63]), None),
-            (String::new(), None),
-            ("garbage without colons\n".into(), None),
-        ];
-        for (contents, expected) in cases {
-            assert_eq!(container_id(&contents), expected, "{contents}");
-        }
-        // The real file parses (whatever this machine is).
-        let own = fs::read_to_string("/proc/self/cgroup").unwrap();
-        let _ = container_id(&own);
-    }
-
-    #[test]
-    fn node_kinds() {
-        let good = [
-            ("/dev/nvidiactl", NodeKind::Ctl, "nvidiactl"),
-            ("/dev/nvidia0", NodeKind::Gpu(0), "nvidia0"),
-            ("/dev/nvidia3", NodeKind::Gpu(3), "nvidia3"),
-            ("/dev/nvidia254", NodeKind::Gpu(254), "nvidia254"),
-            ("/dev/nvidia-uvm", NodeKind::Uvm, "nvidia-uvm"),
-            (
-                "/dev/nvidia-uvm-tools",
-                NodeKind::UvmTools,
-                "nvidia-uvm-tools",
-            ),
-        ];
-        for (path, kind, label) in good {
-            assert_eq!(NodeKind::from_dev_path(path), Some(kind), "{path}");
-            assert_eq!(kind.label(), label);
-        }
-        for bad in [
-            "/dev/nvidia-modeset",
-            "/dev/nvidia-caps/nvidia-cap1",
-            "/dev/nvidia-nvswitch0",
-            "/dev/nvidia-nvlink",
-            "/dev/nvidiactlx",
-            "/dev/nvidia",
-            "/dev/nvidia255",
-            "/dev/nvidia01",
-            "/dev/nvidia+1",
-            "/dev/nvidia-1",
-            "/dev/nvidia 1",
-            "/dev/nvidia-uvm-toolsx",
-            "/dev/nvidia-uvm (deleted)",
-            "dev/nvidia0",
-            "nvidia0",
-            "/dev//nvidia0",
-            "/dev/dri/nvidia0",
-            "/host/dev/nvidia0",
-            "",
-        ] {
-            assert_eq!(NodeKind::from_dev_path(bad), None, "{bad}");
-        }
-    }
-
-    #[test]
-    fn nvidia_fds_fixture() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("300");
-        fs::create_dir_all(p.join("fd")).unwrap();
-        fs::create_dir_all(p.join("fdinfo")).unwrap();
-        let fds: [(u32, &str, Option<&str>); 8] = [
-            (0, "/dev/pts/0", Some("02")),
-            (3, "/dev/nvidiactl", Some("02100002")),
-            (4, "/dev/nvidia0", Some("0100002")),
-            (12, "/dev/nvidia-uvm", Some("02100002")),
-            (13, "/dev/nvidia-uvm (deleted)", Some("0100002")),
-            (14, "/dev/nvidia-uvm-tools", Some("02000002")),
-            (15, "/dev/nvidia-modeset", Some("02")),
-            // closed between readdir and fdinfo: skipped
-            (16, "/dev/nvidia1", None),
-        ];
-        for (fd, target, flags) in fds {
-            symlink(target, p.join("fd").join(fd.to_string())).unwrap();
-            if let Some(flags) = flags {
-                write(
-                    &p.join("fdinfo").join(fd.to_string()),
-                    format!("pos:\t0\nflags:\t{flags}\nmnt_id:\t25\nino:\t1043\n").as_bytes(),
-                );
-            }
-        }
-        let got = nvidia_fds(dir.path(), 300).unwrap();
-        let want = vec![
-            OpenNvidiaFd {
-                fd: 3,
-                node: NodeKind::Ctl,
-                cloexec: true,
-            },
-            OpenNvidiaFd {
-                fd: 4,
-                node: NodeKind::Gpu(0),
-                cloexec: false,
-            },
-            OpenNvidiaFd {
-                fd: 12,
-                node: NodeKind::Uvm,
-                cloexec: true,
-            },
-            OpenNvidiaFd {
-                fd: 13,
-                node: NodeKind::Uvm,
-                cloexec: false,
-            },
-            OpenNvidiaFd {
-                fd: 14,
-                node: NodeKind::UvmTools,
-                cloexec: true,
-            },
-        ];
-        assert_eq!(got, want);
-
-        // Malformed flags on an NVIDIA fd: error naming the file.
-        write(&p.join("fdinfo/4"), b"pos:\t0\nflags:\tnine\n");
-        let err = nvidia_fds(dir.path(), 300).unwrap_err();
-        assert!(format!("{err:#}").contains("fdinfo"), "{err:#}");
-        // Missing process: error.
-        assert!(nvidia_fds(dir.path(), 301).is_err());
-    }
-
-    #[test]
-    fn nvidia_fds_real_process() {
-        // No NVIDIA node exists here; the reader must walk real fds and fdinfo cleanly.
-        let _null = fs::File::open("/dev/null").unwrap();
-        let got = nvidia_fds(Path::new("/proc"), std::process::id()).unwrap();
-        assert!(got.is_empty(), "{got:?}");
+    fn nul_separated_fields() {
+        assert_eq!(split_nul(b"a\0\0b c\0"), vec!["a", "", "b c"]);
+        assert_eq!(split_nul(b"a\0b"), vec!["a", "b"]);
+        assert_eq!(split_nul(b"\xff\0"), vec!["\u{fffd}"]);
+        assert!(split_nul(b"").is_empty());
+        assert!(split_nul(b"\0").is_empty());
     }
 
     #[test]
