@@ -208,6 +208,16 @@ fn proc_info(root: &Path) -> Arc<Process> {
     })
 }
 
+/// A receiver, the fake procfs tree (keep it while the listener runs), a listener
+/// exporting to the receiver, and the tree's vLLM server.
+fn exporting_vllm() -> (Collector, tempfile::TempDir, OtlpListener, Arc<Process>) {
+    let c = Collector::start();
+    let root = fake_proc();
+    let sink = OtlpListener::start(config(&c, root.path())).unwrap();
+    let p = proc_info(root.path());
+    (c, root, sink, p)
+}
+
 fn send(sink: &mut OtlpListener, e: Event) {
     sink.event(&Arc::new(e));
 }

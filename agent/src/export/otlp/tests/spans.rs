@@ -4,10 +4,7 @@ use super::*;
 
 #[test]
 fn cuinit_is_a_root_span_with_its_driver_calls_as_children() {
-    let c = Collector::start();
-    let root = fake_proc();
-    let mut sink = OtlpListener::start(config(&c, root.path())).unwrap();
-    let p = proc_info(root.path());
+    let (c, _root, mut sink, p) = exporting_vllm();
     let mut t = Seq::new();
     let t0 = t.at(0);
     let wall_before = std::time::SystemTime::now()
@@ -116,10 +113,7 @@ fn cuinit_is_a_root_span_with_its_driver_calls_as_children() {
 
 #[test]
 fn a_failed_cuinit_is_an_error_and_its_diagnosis_rides_on_it() {
-    let c = Collector::start();
-    let root = fake_proc();
-    let mut sink = OtlpListener::start(config(&c, root.path())).unwrap();
-    let p = proc_info(root.path());
+    let (c, _root, mut sink, p) = exporting_vllm();
     let mut t = Seq::new();
     let t0 = t.at(0);
     send(&mut sink, mk::cuinit_start(&p, 4243, t0));
@@ -183,10 +177,7 @@ fn a_failed_cuinit_is_an_error_and_its_diagnosis_rides_on_it() {
 
 #[test]
 fn a_stall_is_exported_while_the_call_is_still_stuck() {
-    let c = Collector::start();
-    let root = fake_proc();
-    let mut sink = OtlpListener::start(config(&c, root.path())).unwrap();
-    let p = proc_info(root.path());
+    let (c, _root, mut sink, p) = exporting_vllm();
     let mut t = Seq::new();
     let t0 = t.at(0);
     send(&mut sink, mk::cuinit_start(&p, 4243, t0));
@@ -328,10 +319,7 @@ fn a_stall_is_exported_while_the_call_is_still_stuck() {
 
 #[test]
 fn calls_outside_cuinit_are_root_spans_and_thread_exit_ends_a_stalled_cuinit() {
-    let c = Collector::start();
-    let root = fake_proc();
-    let mut sink = OtlpListener::start(config(&c, root.path())).unwrap();
-    let p = proc_info(root.path());
+    let (c, _root, mut sink, p) = exporting_vllm();
     let mut t = Seq::new();
     let (s, e) = (t.at(0), t.at(2000));
     ioctl(
@@ -386,10 +374,7 @@ fn calls_outside_cuinit_are_root_spans_and_thread_exit_ends_a_stalled_cuinit() {
 
 #[test]
 fn a_stalled_ioctl_outside_cuinit_carries_its_stall_and_diagnosis() {
-    let c = Collector::start();
-    let root = fake_proc();
-    let mut sink = OtlpListener::start(config(&c, root.path())).unwrap();
-    let p = proc_info(root.path());
+    let (c, _root, mut sink, p) = exporting_vllm();
     let mut t = Seq::new();
     let s0 = t.at(0);
     let det = t.at(5000);
