@@ -12,6 +12,9 @@
 //!   cannot reach).
 //!
 //! Each test skips with the reason (`uvmwatch_testbed::skip`) when its tool is missing.
+//!
+//! One file for one feature (what `deploy/` ships), in four sections in the order above; the
+//! capability section is most of it because each capability is checked by taking it away.
 
 mod common;
 mod observability;

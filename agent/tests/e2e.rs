@@ -1,6 +1,9 @@
 //! End-to-end tests: the real agent binary with its real eBPF programs, driven by workloads
 //! that call the test `libcuda.so.1` against FUSE-backed `/dev/nvidia*` nodes in a private
 //! mount namespace. Root only; run single-threaded (`cargo xtask test` does).
+//!
+//! One file because every test here shares one set-up (a FUSE device, a private namespace and a
+//! running agent) and checks one thing: what the agent says about a cuInit it watched.
 
 mod common;
 

@@ -5,6 +5,9 @@
 //! error 3, a hang in `UVM_REGISTER_GPU`); the spans are checked for names, parentage,
 //! attributes and timestamps, against the agent's own JSON log for the same calls, and the
 //! hang's stall must arrive while `cuInit` is still stuck. Root only; single-threaded.
+//!
+//! One file because the receiver, the agent run and the span checks are one fixture that every
+//! test here uses; the span shapes themselves are unit-tested in `export/otlp/tests/`.
 
 mod common;
 

@@ -331,7 +331,7 @@ const DEPLOY_CHECK_IMPORTS: &str =
 /// Python packages for checking capture files against Perfetto's own trace definitions
 /// (`perfetto_trace_pb2`, generated from protos/perfetto/trace/perfetto_trace.proto).
 pub const PERFETTO_CHECK_PACKAGES: &[&str] = &["perfetto==0.59.1", "protobuf==7.36.2"];
-/// Their virtual environment (agent/tests/capture.rs looks here).
+/// Their virtual environment (agent/tests/capture/view.rs looks here).
 pub const PERFETTO_CHECK_VENV: &str = "target/tools/perfetto-venv";
 
 fn deploy_check_packages(check_only: bool) -> Result<bool> {
