@@ -5,7 +5,7 @@
 //! calls inside `cuInit` and lifecycle changes of tracked processes reach user space.
 //!
 //! The tree follows the data path:
-//! * [`probes`]: the programs, one file per hook group: `openat` (device opens, libcuda
+//! * [`probes`]: the programs, one file per hook group: `open` (`open`, `openat`, `openat2`: device opens, libcuda
 //!   loads), `fd` (`close`, `dup*`, `fcntl`), `ioctl` (driver calls), `cuinit` (the `cuInit`
 //!   uprobes), `sched` (fork, exec, exit), `kfunc` (the kprobe/kretprobe pairs, one per row
 //!   of `uvmwatch_common::kfuncs!`);

@@ -61,7 +61,7 @@ pub static INFLIGHT_IOCTL: LruHashMap<u32, InflightIoctl> = LruHashMap::with_max
 /// sees it.
 #[map]
 pub static INFLIGHT_CUINIT: LruHashMap<u32, InflightCuinit> = LruHashMap::with_max_entries(8192, 0);
-/// An `openat` between enter and exit. Only NVIDIA nodes and libcuda files.
+/// An `open`, `openat` or `openat2` between enter and exit. Only NVIDIA nodes and libcuda files.
 #[map]
 pub static PENDING_OPEN: HashMap<u32, OpenEvent> = HashMap::with_max_entries(4096, 0);
 /// A `dup*`/`fcntl(F_DUPFD*)` of a tracked fd between enter and exit.

@@ -32,8 +32,12 @@ pub mod node {
     pub const UVM: u8 = 3;
     /// `/dev/nvidia-uvm-tools` (same major, minor 1).
     pub const UVM_TOOLS: u8 = 4;
+    /// No node: an ioctl on a negative fd by a process that uses NVIDIA nodes (real `cuInit`s
+    /// issue `UVM_DEINITIALIZE` on fd = -errno after a failed `/dev/nvidia-uvm` open). The
+    /// kernel fails it with `EBADF` before any driver sees it.
+    pub const INVALID_FD: u8 = 5;
     /// Highest kind number in use.
-    pub const MAX: u8 = 4;
+    pub const MAX: u8 = 5;
 
     /// Whether ioctls on this kind carry UVM command numbers (plain integers) rather than RM
     /// `_IOWR('F', nr, size)` escapes.
@@ -169,8 +173,19 @@ pub struct ProcState {
 pub struct CmdKey {
     /// 1 for UVM nodes (`nvidia-uvm`, `nvidia-uvm-tools`), 0 for RM nodes (`nvidiactl`, GPUs).
     pub uvm: u32,
-    /// The ioctl request number as passed to `ioctl(2)`.
+    /// UVM: the request number as passed to `ioctl(2)`. RM: [`rm_cmd_key`] of it.
     pub cmd: u32,
+}
+
+/// `_IOC_SIZEMASK << _IOC_SIZESHIFT | _IOC_NRMASK` (`include/uapi/asm-generic/ioctl.h`).
+pub const IOC_SIZE_AND_NR: u32 = 0x3fff_00ff;
+
+/// The part of an RM escape's request number the driver dispatches on: `_IOC_NR` and
+/// `_IOC_SIZE`. `nvidia_ioctl` (`kernel-open/nvidia/nv.c`) ignores the type byte and the
+/// direction bits, so callers that do not use 'F' reach the same escape.
+#[inline(always)]
+pub const fn rm_cmd_key(cmd: u32) -> u32 {
+    cmd & IOC_SIZE_AND_NR
 }
 
 /// Value of the `CMDS` map, filled by user space from its table so a new driver needs no

@@ -1,4 +1,5 @@
-//! `ioctl` enter and exit, on tracked fds only. Enter puts the call in `INFLIGHT_IOCTL`; exit
+//! `ioctl` enter and exit, on tracked fds only (and on negative fds of tracked processes, as
+//! [`node::INVALID_FD`]). Enter puts the call in `INFLIGHT_IOCTL`; exit
 //! removes it, adds the latency to `IOCTL_HIST` and the result to `IOCTL_RESULTS` (the errno,
 //! else the `rmStatus` read from the caller's params at the offset `CMDS` gives, else `OK`),
 //! and reports calls that failed, were slow or ran inside `cuInit`.
@@ -9,8 +10,8 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use uvmwatch_common::{
-    counter, hist_bucket, node, result, CmdKey, InflightIoctl, IoctlEvent, IoctlKey, EVENT_IOCTL,
-    IOCTL_FAILED, IOCTL_IN_CUINIT, IOCTL_SLOW,
+    counter, hist_bucket, node, result, rm_cmd_key, CmdKey, InflightIoctl, IoctlEvent, IoctlKey,
+    EVENT_IOCTL, IOCTL_FAILED, IOCTL_IN_CUINIT, IOCTL_SLOW,
 };
 
 use super::{SysExitArgs, SyscallHead};
@@ -60,16 +61,23 @@ fn try_ioctl_enter(ctx: &TracePointContext) -> Option<()> {
     // One hash lookup for every process that never touched an NVIDIA node.
     unsafe { PROCS.get(&tgid) }?;
     let args: SysEnterIoctlArgs = unsafe { ctx.read_at(0) }.ok()?;
-    let info = resolve_fd(tgid, args.fd as u32)?;
+    let fd = args.fd as u32;
+    let (node, minor) = if (fd as i32) < 0 {
+        // Not a node, but a call the process meant for one (`UVM_DEINITIALIZE` on -errno).
+        (node::INVALID_FD, 0)
+    } else {
+        let info = resolve_fd(tgid, fd)?;
+        (info.node, info.minor)
+    };
     let in_cuinit = unsafe { INFLIGHT_CUINIT.get(&tid) }.is_some();
     let e = InflightIoctl {
         start_ns: unsafe { bpf_ktime_get_ns() },
         arg: args.arg,
         tgid,
-        fd: args.fd as u32,
+        fd,
         cmd: args.cmd as u32,
-        node: info.node,
-        minor: info.minor,
+        node,
+        minor,
         in_cuinit: in_cuinit as u8,
         _pad: 0,
     };
@@ -98,19 +106,22 @@ fn try_ioctl_exit(ctx: &TracePointContext) -> Option<()> {
     let (kind, code) = if ret < 0 {
         (result::ERRNO, (-ret) as u32)
     } else {
+        let uvm = node::is_uvm(call.node);
         let ck = CmdKey {
-            uvm: node::is_uvm(call.node) as u32,
-            cmd: call.cmd,
+            uvm: uvm as u32,
+            cmd: if uvm { call.cmd } else { rm_cmd_key(call.cmd) },
         };
         match unsafe { CMDS.get(&ck) } {
-            Some(ci) => {
+            // User space never loads an offset outside the params; checked again so a bad
+            // entry cannot make this read past what the caller passed.
+            Some(ci) if ci.status_offset.saturating_add(4) <= ci.params_size => {
                 let at = call.arg.wrapping_add(ci.status_offset as u64) as *const u32;
                 match unsafe { bpf_probe_read_user::<u32>(at) } {
                     Ok(s) => (result::NV_STATUS, s),
                     Err(_) => (result::UNREADABLE, 0),
                 }
             }
-            None => (result::OK, 0),
+            _ => (result::OK, 0),
         }
     };
 

@@ -11,7 +11,7 @@ pub mod cuinit;
 pub mod fd;
 pub mod ioctl;
 pub mod kfunc;
-pub mod openat;
+pub mod open;
 pub mod sched;
 
 /// `O_CLOEXEC` on x86_64 and aarch64 (`include/uapi/asm-generic/fcntl.h`).
@@ -48,7 +48,7 @@ pub struct SyscallHead {
     _pad: u32,
 }
 
-/// `syscalls:sys_exit_openat`, and the same for `sys_exit_ioctl`, `sys_exit_dup`,
+/// `syscalls:sys_exit_openat`, and the same for `sys_exit_open`, `sys_exit_openat2`, `sys_exit_ioctl`, `sys_exit_dup`,
 /// `sys_exit_dup2`, `sys_exit_dup3` and `sys_exit_fcntl` (each `format` is this one with its
 /// own name and ID), 6.18:
 ///

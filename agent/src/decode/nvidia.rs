@@ -179,6 +179,13 @@ pub fn ioctl_name(node_kind: u8, cmd: u32) -> Option<&'static str> {
     if node::is_uvm(node_kind) {
         return uvm_ioctl(cmd).map(|i| i.name);
     }
+    if node_kind == node::INVALID_FD {
+        // No node says which numbering the caller meant: a UVM number first (the real case is
+        // `UVM_DEINITIALIZE` after a failed `/dev/nvidia-uvm` open), then an RM escape.
+        if let Some(i) = uvm_ioctl(cmd) {
+            return Some(i.name);
+        }
+    }
     if ioc_type(cmd) != NV_IOCTL_MAGIC {
         return None;
     }
@@ -410,20 +417,26 @@ pub fn cu_result_name(code: i64) -> String {
     }
 }
 
-/// Label of a device node: `nvidiactl`, `nvidia<N>`, `nvidia-uvm`, `nvidia-uvm-tools`.
+/// Label of a device node: `nvidiactl`, `nvidia<N>`, `nvidia-uvm`, `nvidia-uvm-tools`, or
+/// `invalid_fd` ([`node::INVALID_FD`]).
 pub fn node_label(kind: u8, minor: u8) -> String {
     match kind {
         node::CTL => "nvidiactl".into(),
         node::GPU => format!("nvidia{minor}"),
         node::UVM => "nvidia-uvm".into(),
         node::UVM_TOOLS => "nvidia-uvm-tools".into(),
+        node::INVALID_FD => "invalid_fd".into(),
         _ => "unknown".into(),
     }
 }
 
-/// The device path of a node, e.g. `/dev/nvidia-uvm`.
+/// The device path of a node, e.g. `/dev/nvidia-uvm`; `invalid_fd` for a call on a negative
+/// fd (no path at all).
 pub fn node_path(kind: u8, minor: u8) -> String {
-    format!("/dev/{}", node_label(kind, minor))
+    match kind {
+        node::INVALID_FD => node_label(kind, minor),
+        _ => format!("/dev/{}", node_label(kind, minor)),
+    }
 }
 
 #[cfg(test)]
@@ -464,6 +477,11 @@ mod tests {
         );
         assert_eq!(ioctl_name(node::CTL, 0x5401), None); // TCGETS: wrong type
         assert_eq!(ioctl_label(node::UVM, 0x7777), "unknown");
+        assert_eq!(
+            ioctl_name(node::INVALID_FD, 0x3000_0002),
+            Some("UVM_DEINITIALIZE")
+        );
+        assert_eq!(node_path(node::INVALID_FD, 0), "invalid_fd");
         assert_eq!(ioctl_display(node::UVM, 0x7777), "0x7777");
         for (cmd, size, off) in RM_STATUS_IOCTLS {
             assert_eq!((cmd >> 16) & 0x3fff, *size, "size bits of {cmd:#x}");

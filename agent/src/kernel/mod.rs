@@ -138,7 +138,14 @@ impl Kernel {
                 status_offset: *off,
                 params_size: *size,
             };
-            cmds.insert(CmdKey { uvm: 0, cmd: *cmd }, v, 0)?;
+            cmds.insert(
+                CmdKey {
+                    uvm: 0,
+                    cmd: uvmwatch_common::rm_cmd_key(*cmd),
+                },
+                v,
+                0,
+            )?;
         }
         Ok(())
     }

@@ -157,7 +157,10 @@ impl<K: KernelSide> Observer<K> {
             slow: e.flags & IOCTL_SLOW != 0,
             in_cuinit: e.flags & IOCTL_IN_CUINIT != 0,
         };
-        if io.in_cuinit {
+        // A call on a negative fd never reached a driver: it is counted and logged as what it
+        // is, but is neither a driver call of the cuInit nor its failure (the failed open
+        // before it is).
+        if io.in_cuinit && e.node != node::INVALID_FD {
             let secs = h.ts_ns.saturating_sub(e.start_ns) as f64 / 1e9;
             self.calls.ioctl(h.tid, &io, secs);
         }

@@ -284,6 +284,58 @@ fn a_failed_cuinit_carries_what_it_did_and_its_diagnosis_then_its_findings() {
     assert!(a.active.iter().any(|(r, _)| r == "hmm_setup_failure"));
 }
 
+/// The end of a real failing cuInit (driver 535, `shared/reference/nvidia-uvm.md`): the
+/// `/dev/nvidia-uvm` open fails, is retried without `O_CLOEXEC`, and `UVM_DEINITIALIZE` goes
+/// to fd = -errno. That call is logged on `invalid_fd` with its `EBADF`, but the cuInit's
+/// failure stays the open, and it is no driver call.
+#[test]
+fn a_uvm_call_on_a_negative_fd_is_not_the_cuinits_failure() {
+    let root = fake_proc();
+    let (mut o, rec) = observer(root.path());
+    let t = clock::monotonic_ns();
+    o.handle(cuinit_enter(PID, t));
+    o.handle(open(PID, "/dev/nvidia-uvm", t + MS, -2, OPEN_IN_CUINIT));
+    o.handle(open(PID, "/dev/nvidia-uvm", t + 2 * MS, -2, OPEN_IN_CUINIT));
+    o.handle(Record::Ioctl(IoctlEvent {
+        header: header(EVENT_IOCTL, PID, t + 3 * MS),
+        start_ns: t + 3 * MS - 1000,
+        cmd: 0x3000_0002,
+        fd: -2i32 as u32,
+        ret: -9,
+        status: 9,
+        result_kind: result::ERRNO,
+        node: node::INVALID_FD,
+        flags: IOCTL_IN_CUINIT | IOCTL_FAILED,
+        ..IoctlEvent::default()
+    }));
+    o.handle(cuinit_exit(PID, t, t + 4 * MS, 999));
+    let evs = rec.take();
+    let io = evs
+        .iter()
+        .find_map(|e| match &e.kind {
+            Kind::Ioctl(io) => Some(io),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        (io.name.as_str(), io.node.as_str(), io.result.as_str()),
+        ("UVM_DEINITIALIZE", "invalid_fd", "EBADF")
+    );
+    let end = evs
+        .iter()
+        .find_map(|e| match &e.kind {
+            Kind::CuinitEnd(end) => Some(end),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!((end.call.driver_calls, end.call.device_opens), (0, 2));
+    assert_eq!(
+        end.call.last_failure,
+        Some(("open /dev/nvidia-uvm".into(), "ENOENT".into()))
+    );
+    assert!(end.call.failed_call.is_none());
+}
+
 #[test]
 fn a_failed_open_is_judged_and_a_good_one_is_not() {
     let root = fake_proc();

@@ -1,10 +1,10 @@
-//! `openat` enter and exit. The path is classified ([`classify_dev_path`]); every open of an
+//! `open`, `openat` and `openat2` enter, and their one exit. The path is classified ([`classify_dev_path`]); every open of an
 //! NVIDIA node is counted in `OPENS` and a successful one is remembered in `FDS` per (tgid, fd);
 //! failed opens and opens inside `cuInit` are reported. A read-only open of a file named
 //! `libcuda.so*` is reported too, so user space can attach the `cuInit` uprobes.
 
 use aya_ebpf::{
-    helpers::{bpf_ktime_get_ns, bpf_probe_read_user_str_bytes},
+    helpers::{bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_str_bytes},
     macros::tracepoint,
     programs::TracePointContext,
 };
@@ -20,6 +20,36 @@ use crate::maps::{INFLIGHT_CUINIT, OPENS, PENDING_OPEN, SCRATCH_OPEN};
 /// `O_ACCMODE` and `O_RDONLY` (`include/uapi/asm-generic/fcntl.h`).
 const O_ACCMODE: u64 = 0o3;
 const O_RDONLY: u64 = 0;
+
+/// `syscalls:sys_enter_open`, 6.18 (x86_64 only: arm64 has no `open(2)`; glibc before 2.26,
+/// as in CentOS 7-based CUDA images, calls it for `open()`):
+///
+/// ```text
+/// name: sys_enter_open
+/// ID: 784
+/// format:
+///   field:unsigned short common_type;  offset:0;  size:2;  signed:0;
+///   field:unsigned char common_flags;  offset:2;  size:1;  signed:0;
+///   field:unsigned char common_preempt_count;  offset:3;  size:1;  signed:0;
+///   field:int common_pid;  offset:4;  size:4;  signed:1;
+///
+///   field:int __syscall_nr;  offset:8;  size:4;  signed:1;
+///   field:const char * filename;  offset:16;  size:8;  signed:0;
+///   field:int flags;  offset:24;  size:8;  signed:0;
+///   field:umode_t mode;  offset:32;  size:8;  signed:0;
+///
+/// print fmt: "filename: 0x%08lx, flags: 0x%08lx, mode: 0x%08lx", ...
+/// ```
+#[repr(C)]
+#[allow(dead_code)] // every field of the record, read or not
+struct SysEnterOpenArgs {
+    head: SyscallHead,
+    /// User-space address of the NUL-terminated path.
+    filename: u64,
+    /// `O_*` flags.
+    flags: u64,
+    mode: u64,
+}
 
 /// `syscalls:sys_enter_openat`, 6.18:
 ///
@@ -52,28 +82,82 @@ struct SysEnterOpenatArgs {
     mode: u64,
 }
 
-/// `syscalls:sys_enter_openat` ([`SysEnterOpenatArgs`]).
+/// `syscalls:sys_enter_openat2`, 6.18 (Linux 5.6+):
+///
+/// ```text
+/// name: sys_enter_openat2
+/// ID: 780
+/// format:
+///   field:unsigned short common_type;  offset:0;  size:2;  signed:0;
+///   field:unsigned char common_flags;  offset:2;  size:1;  signed:0;
+///   field:unsigned char common_preempt_count;  offset:3;  size:1;  signed:0;
+///   field:int common_pid;  offset:4;  size:4;  signed:1;
+///
+///   field:int __syscall_nr;  offset:8;  size:4;  signed:1;
+///   field:int dfd;  offset:16;  size:8;  signed:0;
+///   field:const char * filename;  offset:24;  size:8;  signed:0;
+///   field:struct open_how * how;  offset:32;  size:8;  signed:0;
+///   field:size_t usize;  offset:40;  size:8;  signed:0;
+///
+/// print fmt: "dfd: 0x%08lx, filename: 0x%08lx, how: 0x%08lx, usize: 0x%08lx", ...
+/// ```
+#[repr(C)]
+#[allow(dead_code)] // every field of the record, read or not
+struct SysEnterOpenat2Args {
+    head: SyscallHead,
+    dfd: u64,
+    /// User-space address of the NUL-terminated path.
+    filename: u64,
+    /// User-space address of `struct open_how` (`include/uapi/linux/openat2.h`), whose
+    /// first member is `__u64 flags`.
+    how: u64,
+    usize: u64,
+}
+
+/// `syscalls:sys_enter_open` ([`SysEnterOpenArgs`]).
 #[tracepoint]
-pub fn openat_enter(ctx: TracePointContext) -> u32 {
-    let _ = try_openat_enter(&ctx);
+pub fn open_enter(ctx: TracePointContext) -> u32 {
+    if let Ok(args) = unsafe { ctx.read_at::<SysEnterOpenArgs>(0) } {
+        let _ = enter(args.filename, args.flags);
+    }
     0
 }
 
-fn try_openat_enter(ctx: &TracePointContext) -> Option<()> {
+/// `syscalls:sys_enter_openat` ([`SysEnterOpenatArgs`]).
+#[tracepoint]
+pub fn openat_enter(ctx: TracePointContext) -> u32 {
+    if let Ok(args) = unsafe { ctx.read_at::<SysEnterOpenatArgs>(0) } {
+        let _ = enter(args.filename, args.flags);
+    }
+    0
+}
+
+/// `syscalls:sys_enter_openat2` ([`SysEnterOpenat2Args`]); the flags are read from the
+/// caller's `open_how`.
+#[tracepoint]
+pub fn openat2_enter(ctx: TracePointContext) -> u32 {
+    if let Ok(args) = unsafe { ctx.read_at::<SysEnterOpenat2Args>(0) } {
+        if let Ok(flags) = unsafe { bpf_probe_read_user::<u64>(args.how as *const u64) } {
+            let _ = enter(args.filename, flags);
+        }
+    }
+    0
+}
+
+/// What the three enters share: classify the path, keep the pending open for the exit.
+#[inline(always)]
+fn enter(filename: u64, open_flags: u64) -> Option<()> {
     let cfg = config()?;
     let (tgid, tid) = ids();
     if tgid == cfg.agent_tgid {
         return None;
     }
-    let args: SysEnterOpenatArgs = unsafe { ctx.read_at(0) }.ok()?;
-    let open_flags = args.flags;
     let ev = SCRATCH_OPEN.get_ptr_mut(0)?;
     let ev = unsafe { &mut *ev };
-    let len =
-        match unsafe { bpf_probe_read_user_str_bytes(args.filename as *const u8, &mut ev.path) } {
-            Ok(s) => s.len(),
-            Err(_) => return None,
-        };
+    let len = match unsafe { bpf_probe_read_user_str_bytes(filename as *const u8, &mut ev.path) } {
+        Ok(s) => s.len(),
+        Err(_) => return None,
+    };
     let mut head = [0u8; 32];
     let mut i = 0;
     while i < 32 {
@@ -153,14 +237,15 @@ fn path_at(path: &[u8; PATH_LEN], i: usize) -> u8 {
     path[i]
 }
 
-/// `syscalls:sys_exit_openat` ([`SysExitArgs`]).
+/// `syscalls:sys_exit_open`, `sys_exit_openat` and `sys_exit_openat2` ([`SysExitArgs`]):
+/// the pending open of this thread, whichever enter made it.
 #[tracepoint]
-pub fn openat_exit(ctx: TracePointContext) -> u32 {
-    let _ = try_openat_exit(&ctx);
+pub fn open_exit(ctx: TracePointContext) -> u32 {
+    let _ = try_open_exit(&ctx);
     0
 }
 
-fn try_openat_exit(ctx: &TracePointContext) -> Option<()> {
+fn try_open_exit(ctx: &TracePointContext) -> Option<()> {
     let (tgid, tid) = ids();
     let pending = unsafe { PENDING_OPEN.get(&tid) }?;
     let ev = SCRATCH_OPEN.get_ptr_mut(0)?;
