@@ -587,7 +587,7 @@ mod tests {
             assert!(seen.insert(p.label), "duplicate label {}", p.label);
             assert!(!p.program.is_empty());
         }
-        assert_eq!(all().len(), 48);
+        assert_eq!(all().len(), 52);
         assert!(REGISTRY.iter().filter(|p| p.required).count() >= 4);
     }
 
