@@ -12,7 +12,7 @@
 //! `status` of its `NVOS*` / `nv_ioctl_*` params. Both move between drivers (e.g.
 //! `UVM_FREE`'s status is at 16 before 590.44.01 and at 8 from it; `NV_ESC_RM_ALLOC` comes
 //! in 32-, 40- and 48-byte forms), so reading the offsets of one driver on another reads
-//! the wrong bytes ([docs/compatibility.md](../../../../docs/compatibility.md)).
+//! the wrong bytes (docs/compatibility.md, "Params layouts by driver branch").
 
 use std::fmt;
 use std::sync::OnceLock;
@@ -232,8 +232,8 @@ fn name_of(kind: Kind, cmd: u32) -> Option<&'static str> {
 }
 
 /// The name of UVM command `cmd` in any known driver (UVM never renumbers a command),
-/// dispatched or not (the legacy numbers 0x1..0x24 and 0x7ff are defined but answer
-/// `ENOSYS`).
+/// dispatched or not (the legacy numbers 0x1 to 0x14, 0x23, 0x24 and 0x7ff are defined but
+/// answer `ENOSYS`).
 pub fn uvm_name(cmd: u32) -> Option<&'static str> {
     name_of(Kind::Uvm, cmd)
 }
