@@ -6,12 +6,15 @@
 //! - `device-check`: build a release agent and a script for a real GPU machine.
 //! - `vm-test`: boot Debian's own kernels (kprobes, loadable modules) under qemu with a test
 //!   `nvidia_uvm` module and run the agent's kernel-side tests inside (`docs/vm-test.md`).
+//! - `nvidia-layouts --source DIR [--check]`: regenerate (or check) the agent's table of NVIDIA
+//!   ioctl params layouts from the headers of every driver release tag (`docs/compatibility.md`).
 //!
 //! This crate builds with the stable toolchain alone: it must not depend on the agent crate,
 //! whose build script needs the nightly and bpf-linker that `setup` installs.
 
 mod demo;
 mod device_check;
+mod nvidia_layouts;
 mod setup;
 mod test;
 mod util;
@@ -52,6 +55,9 @@ enum Cmd {
     DeviceCheck,
     /// Boot Debian kernels under qemu with a test nvidia_uvm module; run the kernel-side tests.
     VmTest(vm::VmTestArgs),
+    /// Regenerate (or `--check`) agent/src/decode/layouts/nvidia-layouts.tsv from the headers of
+    /// every release tag of NVIDIA/open-gpu-kernel-modules.
+    NvidiaLayouts(nvidia_layouts::Args),
 }
 
 fn main() -> ExitCode {
@@ -68,6 +74,7 @@ fn main() -> ExitCode {
         Cmd::Demo => demo::run(),
         Cmd::DeviceCheck => device_check::run(),
         Cmd::VmTest(args) => vm::run(&args),
+        Cmd::NvidiaLayouts(args) => nvidia_layouts::run(&args),
     };
     match r {
         Ok(code) => code,

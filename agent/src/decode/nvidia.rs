@@ -1,165 +1,46 @@
-//! NVIDIA and CUDA facts: ioctl names and params layouts, ioctl result labels, `NV_STATUS` and
-//! `CUresult` names.
+//! NVIDIA and CUDA names: ioctl requests, ioctl result labels, `NV_STATUS` and `CUresult`
+//! names. Params layouts (sizes, status offsets) are per driver version, in [`layouts`].
 //!
 //! Sources (NVIDIA open-gpu-kernel-modules, tag 590.48.01, unless noted):
-//! * UVM commands and params: `kernel-open/nvidia-uvm/uvm_ioctl.h`, `uvm_linux_ioctl.h`
-//!   (sizes and `rmStatus` offsets for x86_64, summarised in `shared/reference/nvidia-uvm.md`);
-//! * RM escapes: `kernel-open/common/inc/nv-ioctl-numbers.h` (`NV_IOCTL_BASE` 200 + n) and
-//!   `src/nvidia/arch/nvalloc/unix/include/nv_escape.h` (`NV_ESC_RM_*`);
+//! * UVM commands and RM escapes: every name the headers of any release tag define
+//!   (`kernel-open/nvidia-uvm/uvm_ioctl.h`, `uvm_linux_ioctl.h`;
+//!   `src/nvidia/arch/nvalloc/unix/include/nv_escape.h`, `nv-ioctl-numbers.h`), through the
+//!   generated table of [`layouts`];
 //! * `NV_STATUS` values: `src/common/sdk/nvidia/inc/nvstatuscodes.h`;
 //! * `CUresult` values: CUDA driver API `cuda.h` (CUDA 12/13).
 //!
-//! Command numbers are never renumbered across driver versions (only added or removed), so
-//! a name table keyed by number stays right for older and newer drivers; the status offsets
-//! are handed to the kernel side at start-up so a new driver needs no eBPF rebuild.
+//! A command number keeps its name across driver versions (UVM only adds or removes
+//! commands; the one RM escape renamed, 0x5f, gets its newest name), so names do not depend
+//! on the driver version, unlike the layouts.
 
 use uvmwatch_common::{node, result};
 
-/// One UVM ioctl: request number, name, params size and `rmStatus` offset (bytes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UvmIoctl {
-    /// Request number passed to `ioctl(2)` (a plain integer, not `_IOC` encoded).
-    pub cmd: u32,
-    /// Name as in `uvm_ioctl.h`.
-    pub name: &'static str,
-    /// `sizeof(<NAME>_PARAMS)` on x86_64; 0 when the command takes no params.
-    pub params_size: u32,
-    /// Offset of `NV_STATUS rmStatus` in the params; `None` when there is none.
-    pub status_offset: Option<u32>,
-}
+use super::layouts;
+pub use super::layouts::NV_IOCTL_MAGIC;
 
-const fn u(cmd: u32, name: &'static str, size: u32, off: u32) -> UvmIoctl {
-    UvmIoctl {
-        cmd,
-        name,
-        params_size: size,
-        status_offset: Some(off),
-    }
-}
-
-/// Every UVM command dispatched by 590.48.01 (`uvm_ioctl.h`), with x86_64 params layout.
-/// `UVM_ENABLE/DISABLE_SYSTEM_WIDE_ATOMICS` are gone in 595 but kept for older drivers.
-pub const UVM_IOCTLS: &[UvmIoctl] = &[
-    u(0x3000_0001, "UVM_INITIALIZE", 16, 8),
-    UvmIoctl {
-        cmd: 0x3000_0002,
-        name: "UVM_DEINITIALIZE",
-        params_size: 0,
-        status_offset: None,
-    },
-    u(0x17, "UVM_CREATE_RANGE_GROUP", 16, 8),
-    u(0x18, "UVM_DESTROY_RANGE_GROUP", 16, 8),
-    u(0x19, "UVM_REGISTER_GPU_VASPACE", 32, 28),
-    u(0x1a, "UVM_UNREGISTER_GPU_VASPACE", 20, 16),
-    u(0x1b, "UVM_REGISTER_CHANNEL", 56, 48),
-    u(0x1c, "UVM_UNREGISTER_CHANNEL", 12, 8),
-    u(0x1d, "UVM_ENABLE_PEER_ACCESS", 36, 32),
-    u(0x1e, "UVM_DISABLE_PEER_ACCESS", 36, 32),
-    u(0x1f, "UVM_SET_RANGE_GROUP", 32, 24),
-    u(0x21, "UVM_MAP_EXTERNAL_ALLOCATION", 9264, 9260),
-    u(0x22, "UVM_FREE", 16, 8),
-    u(0x25, "UVM_REGISTER_GPU", 40, 36),
-    u(0x26, "UVM_UNREGISTER_GPU", 20, 16),
-    u(0x27, "UVM_PAGEABLE_MEM_ACCESS", 8, 4),
-    u(0x28, "UVM_PREVENT_MIGRATION_RANGE_GROUPS", 272, 264),
-    u(0x29, "UVM_ALLOW_MIGRATION_RANGE_GROUPS", 272, 264),
-    u(0x2a, "UVM_SET_PREFERRED_LOCATION", 40, 36),
-    u(0x2b, "UVM_UNSET_PREFERRED_LOCATION", 24, 16),
-    u(0x2c, "UVM_ENABLE_READ_DUPLICATION", 24, 16),
-    u(0x2d, "UVM_DISABLE_READ_DUPLICATION", 24, 16),
-    u(0x2e, "UVM_SET_ACCESSED_BY", 40, 32),
-    u(0x2f, "UVM_UNSET_ACCESSED_BY", 40, 32),
-    u(0x33, "UVM_MIGRATE", 80, 72),
-    u(0x35, "UVM_MIGRATE_RANGE_GROUP", 32, 24),
-    u(0x36, "UVM_ENABLE_SYSTEM_WIDE_ATOMICS", 20, 16),
-    u(0x37, "UVM_DISABLE_SYSTEM_WIDE_ATOMICS", 20, 16),
-    u(0x38, "UVM_TOOLS_INIT_EVENT_TRACKER", 56, 48),
-    u(0x39, "UVM_TOOLS_SET_NOTIFICATION_THRESHOLD", 8, 4),
-    u(0x3a, "UVM_TOOLS_EVENT_QUEUE_ENABLE_EVENTS", 16, 8),
-    u(0x3b, "UVM_TOOLS_EVENT_QUEUE_DISABLE_EVENTS", 16, 8),
-    u(0x3c, "UVM_TOOLS_ENABLE_COUNTERS", 16, 8),
-    u(0x3d, "UVM_TOOLS_DISABLE_COUNTERS", 16, 8),
-    u(0x3e, "UVM_TOOLS_READ_PROCESS_MEMORY", 40, 32),
-    u(0x3f, "UVM_TOOLS_WRITE_PROCESS_MEMORY", 40, 32),
-    u(0x40, "UVM_TOOLS_GET_PROCESSOR_UUID_TABLE", 16, 8),
-    u(0x41, "UVM_MAP_DYNAMIC_PARALLELISM_REGION", 40, 32),
-    u(0x42, "UVM_UNMAP_EXTERNAL", 40, 32),
-    u(0x43, "UVM_TOOLS_FLUSH_EVENTS", 4, 0),
-    u(0x44, "UVM_ALLOC_SEMAPHORE_POOL", 9248, 9240),
-    u(0x45, "UVM_CLEAN_UP_ZOMBIE_RESOURCES", 4, 0),
-    u(0x46, "UVM_PAGEABLE_MEM_ACCESS_ON_GPU", 24, 20),
-    u(0x47, "UVM_POPULATE_PAGEABLE", 24, 20),
-    u(0x48, "UVM_VALIDATE_VA_RANGE", 24, 16),
-    u(0x49, "UVM_CREATE_EXTERNAL_RANGE", 24, 16),
-    u(0x4a, "UVM_MAP_EXTERNAL_SPARSE", 40, 32),
-    u(0x4b, "UVM_MM_INITIALIZE", 8, 4),
-    u(0x4c, "UVM_TOOLS_INIT_EVENT_TRACKER_V2", 56, 48),
-    u(0x4d, "UVM_TOOLS_GET_PROCESSOR_UUID_TABLE_V2", 16, 8),
-    u(0x4e, "UVM_ALLOC_DEVICE_P2P", 56, 52),
-    u(0x4f, "UVM_CLEAR_ALL_ACCESS_COUNTERS", 4, 0),
-    u(0x50, "UVM_DISCARD", 32, 24),
+/// RM escapes that no header of the open modules defines, with where the name comes from.
+const EXTRA_RM_ESCAPES: &[(u8, &str)] = &[
+    // `NV_IOCTL_BASE + 2`, with `nv_ioctl_env_info_t { NvU32 pat_supported; }`, in NVIDIA's
+    // proprietary-driver `nv.h` (copyright 1999-2017) and in envytools; the open modules
+    // list it only in `src/nvidia/generated/rmconfig.h` (`RMCFG_API_NV_ESC_ENV_INFO`, 515 to
+    // 555) and dispatch it nowhere (such a call fails with EINVAL).
+    (0xca, "NV_ESC_ENV_INFO"),
 ];
 
-/// The UVM command with this number, if known.
-pub fn uvm_ioctl(cmd: u32) -> Option<&'static UvmIoctl> {
-    UVM_IOCTLS.iter().find(|i| i.cmd == cmd)
+/// The name of the UVM command with this number (in any known driver), if any.
+pub fn uvm_ioctl(cmd: u32) -> Option<&'static str> {
+    layouts::uvm_name(cmd)
 }
 
-/// `NV_IOCTL_MAGIC` ('F'), the `_IOC` type of every RM escape (`nv-ioctl-numbers.h`).
-pub const NV_IOCTL_MAGIC: u32 = b'F' as u32;
-
-/// RM escape names by `_IOC_NR` (`nv_escape.h`, `nv-ioctl-numbers.h`).
-const RM_ESCAPES: &[(u32, &str)] = &[
-    (0x27, "NV_ESC_RM_ALLOC_MEMORY"),
-    (0x28, "NV_ESC_RM_ALLOC_OBJECT"),
-    (0x29, "NV_ESC_RM_FREE"),
-    (0x2a, "NV_ESC_RM_CONTROL"),
-    (0x2b, "NV_ESC_RM_ALLOC"),
-    (0x32, "NV_ESC_RM_CONFIG_GET"),
-    (0x33, "NV_ESC_RM_CONFIG_SET"),
-    (0x34, "NV_ESC_RM_DUP_OBJECT"),
-    (0x35, "NV_ESC_RM_SHARE"),
-    (0x37, "NV_ESC_RM_CONFIG_GET_EX"),
-    (0x38, "NV_ESC_RM_CONFIG_SET_EX"),
-    (0x39, "NV_ESC_RM_I2C_ACCESS"),
-    (0x41, "NV_ESC_RM_IDLE_CHANNELS"),
-    (0x4a, "NV_ESC_RM_VID_HEAP_CONTROL"),
-    (0x4d, "NV_ESC_RM_ACCESS_REGISTRY"),
-    (0x4e, "NV_ESC_RM_MAP_MEMORY"),
-    (0x4f, "NV_ESC_RM_UNMAP_MEMORY"),
-    (0x52, "NV_ESC_RM_GET_EVENT_DATA"),
-    (0x54, "NV_ESC_RM_ALLOC_CONTEXT_DMA2"),
-    (0x56, "NV_ESC_RM_ADD_VBLANK_CALLBACK"),
-    (0x57, "NV_ESC_RM_MAP_MEMORY_DMA"),
-    (0x58, "NV_ESC_RM_UNMAP_MEMORY_DMA"),
-    (0x59, "NV_ESC_RM_BIND_CONTEXT_DMA"),
-    (0x5c, "NV_ESC_RM_EXPORT_OBJECT_TO_FD"),
-    (0x5d, "NV_ESC_RM_IMPORT_OBJECT_FROM_FD"),
-    (0x5e, "NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO"),
-    (200, "NV_ESC_CARD_INFO"),
-    (201, "NV_ESC_REGISTER_FD"),
-    (206, "NV_ESC_ALLOC_OS_EVENT"),
-    (207, "NV_ESC_FREE_OS_EVENT"),
-    (209, "NV_ESC_STATUS_CODE"),
-    (210, "NV_ESC_CHECK_VERSION_STR"),
-    (211, "NV_ESC_IOCTL_XFER_CMD"),
-    (212, "NV_ESC_ATTACH_GPUS_TO_FD"),
-    (213, "NV_ESC_QUERY_DEVICE_INTR"),
-    (214, "NV_ESC_SYS_PARAMS"),
-    (215, "NV_ESC_NUMA_INFO"),
-    (216, "NV_ESC_SET_NUMA_STATUS"),
-    (217, "NV_ESC_EXPORT_TO_DMABUF_FD"),
-    (218, "NV_ESC_WAIT_OPEN_COMPLETE"),
-];
-
-/// RM escapes whose params end in a known `NV_STATUS` (full request number, size included):
-/// `(cmd, params size, status offset)`. `NVOS54_PARAMETERS` (control), `NVOS21/64` (alloc,
-/// 48-byte form) and `NVOS00_PARAMETERS` (free), per `nvos.h`.
-pub const RM_STATUS_IOCTLS: &[(u32, u32, u32)] = &[
-    (0xC020_462A, 32, 28), // NV_ESC_RM_CONTROL
-    (0xC030_462B, 48, 40), // NV_ESC_RM_ALLOC
-    (0xC010_4629, 16, 12), // NV_ESC_RM_FREE
-];
+/// The name of the RM escape with this `_IOC_NR`, if any.
+pub fn rm_escape(nr: u8) -> Option<&'static str> {
+    layouts::rm_name(nr).or_else(|| {
+        EXTRA_RM_ESCAPES
+            .iter()
+            .find(|(n, _)| *n == nr)
+            .map(|(_, s)| *s)
+    })
+}
 
 /// `_IOC_TYPE` of an `_IOC`-encoded request (`include/uapi/asm-generic/ioctl.h`).
 pub fn ioc_type(cmd: u32) -> u32 {
@@ -173,24 +54,22 @@ pub fn ioc_nr(cmd: u32) -> u32 {
 
 /// Name of an ioctl request on a node of kind `node_kind`, or `None` when unknown.
 ///
-/// UVM nodes take UVM command numbers; `nvidiactl` and GPU nodes take RM escapes
-/// (`_IOWR('F', nr, size)`), named by their `nr`.
+/// UVM nodes take UVM command numbers; `nvidiactl` and GPU nodes take RM escapes, named by
+/// `_IOC_NR` alone: the driver (`nvidia_ioctl` in `kernel-open/nvidia/nv.c`) dispatches on
+/// `_IOC_NR` and `_IOC_SIZE` and ignores the type byte and the direction, so any request
+/// with an escape's number is that escape.
 pub fn ioctl_name(node_kind: u8, cmd: u32) -> Option<&'static str> {
     if node::is_uvm(node_kind) {
-        return uvm_ioctl(cmd).map(|i| i.name);
+        return uvm_ioctl(cmd);
     }
     if node_kind == node::INVALID_FD {
         // No node says which numbering the caller meant: a UVM number first (the real case is
         // `UVM_DEINITIALIZE` after a failed `/dev/nvidia-uvm` open), then an RM escape.
-        if let Some(i) = uvm_ioctl(cmd) {
-            return Some(i.name);
+        if let Some(name) = uvm_ioctl(cmd) {
+            return Some(name);
         }
     }
-    if ioc_type(cmd) != NV_IOCTL_MAGIC {
-        return None;
-    }
-    let nr = ioc_nr(cmd);
-    RM_ESCAPES.iter().find(|(n, _)| *n == nr).map(|(_, s)| *s)
+    rm_escape(ioc_nr(cmd) as u8)
 }
 
 /// Metric/label form of an ioctl: its name, or `unknown` (keeps label values bounded).
@@ -444,27 +323,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn uvm_table_is_consistent() {
-        let mut seen = std::collections::HashSet::new();
-        for i in UVM_IOCTLS {
-            assert!(seen.insert(i.cmd), "duplicate {:#x}", i.cmd);
-            if let Some(off) = i.status_offset {
-                assert!(
-                    off + 4 <= i.params_size,
-                    "{}: status outside params",
-                    i.name
-                );
-            }
-        }
-        assert_eq!(uvm_ioctl(0x25).unwrap().name, "UVM_REGISTER_GPU");
-        assert_eq!(uvm_ioctl(0x25).unwrap().status_offset, Some(36));
-        assert_eq!(uvm_ioctl(0x4b).unwrap().name, "UVM_MM_INITIALIZE");
-        assert!(uvm_ioctl(0x7ff).is_none());
+    fn uvm_names_do_not_depend_on_the_driver() {
+        assert_eq!(uvm_ioctl(0x25), Some("UVM_REGISTER_GPU"));
+        assert_eq!(uvm_ioctl(0x4b), Some("UVM_MM_INITIALIZE"));
+        assert_eq!(uvm_ioctl(0x3000_0002), Some("UVM_DEINITIALIZE"));
+        // Gone in 595, still named.
+        assert_eq!(uvm_ioctl(0x36), Some("UVM_ENABLE_SYSTEM_WIDE_ATOMICS"));
+        // Defined but never dispatched (the driver answers ENOSYS): named too.
+        assert_eq!(uvm_ioctl(0x1), Some("UVM_RESERVE_VA"));
+        assert_eq!(uvm_ioctl(0x7ff), Some("UVM_IS_8_SUPPORTED"));
+        assert_eq!(uvm_ioctl(0x8), None);
+        assert_eq!(uvm_ioctl(0x7777), None);
     }
 
     #[test]
     fn names_depend_on_node() {
         assert_eq!(ioctl_name(node::UVM, 0x25), Some("UVM_REGISTER_GPU"));
+        assert_eq!(
+            ioctl_name(node::UVM_TOOLS, 0x38),
+            Some("UVM_TOOLS_INIT_EVENT_TRACKER")
+        );
         assert_eq!(ioctl_name(node::CTL, 0x25), None);
         assert_eq!(
             ioctl_name(node::CTL, 0xC020_462A),
@@ -475,7 +353,6 @@ mod tests {
             ioctl_name(node::CTL, 0xC008_46DA),
             Some("NV_ESC_WAIT_OPEN_COMPLETE")
         );
-        assert_eq!(ioctl_name(node::CTL, 0x5401), None); // TCGETS: wrong type
         assert_eq!(ioctl_label(node::UVM, 0x7777), "unknown");
         assert_eq!(
             ioctl_name(node::INVALID_FD, 0x3000_0002),
@@ -483,9 +360,72 @@ mod tests {
         );
         assert_eq!(node_path(node::INVALID_FD, 0), "invalid_fd");
         assert_eq!(ioctl_display(node::UVM, 0x7777), "0x7777");
-        for (cmd, size, off) in RM_STATUS_IOCTLS {
-            assert_eq!((cmd >> 16) & 0x3fff, *size, "size bits of {cmd:#x}");
-            assert!(off + 4 <= *size);
+    }
+
+    #[test]
+    fn rm_names_by_nr_whatever_the_type_byte() {
+        // Every form of RM_ALLOC, and the same number with another type byte and direction:
+        // nvidia_ioctl looks at _IOC_NR and _IOC_SIZE only.
+        for cmd in [
+            0xC020_462B,
+            0xC028_462B,
+            0xC030_462B,
+            0x0030_002B,
+            0x8030_542B,
+        ] {
+            assert_eq!(
+                ioctl_name(node::CTL, cmd),
+                Some("NV_ESC_RM_ALLOC"),
+                "{cmd:#x}"
+            );
+        }
+        // TCGETS on nvidiactl is _IOC_NR 1: no escape has it.
+        assert_eq!(ioctl_name(node::CTL, 0x5401), None);
+        // Names added: 0x5f (its 545+ name), 0xca (no header of the open modules).
+        assert_eq!(rm_escape(0x5f), Some("NV_ESC_RM_LOCKLESS_DIAGNOSTIC"));
+        assert_eq!(rm_escape(0xca), Some("NV_ESC_ENV_INFO"));
+        assert_eq!(rm_escape(0xd7), Some("NV_ESC_NUMA_INFO"));
+        assert_eq!(rm_escape(0xd8), Some("NV_ESC_SET_NUMA_STATUS"));
+        assert_eq!(rm_escape(0x32), Some("NV_ESC_RM_CONFIG_GET"));
+        assert_eq!(rm_escape(0x01), None);
+        // Every number named before the table was generated still has its name.
+        for (nr, name) in [
+            (0x27, "NV_ESC_RM_ALLOC_MEMORY"),
+            (0x28, "NV_ESC_RM_ALLOC_OBJECT"),
+            (0x29, "NV_ESC_RM_FREE"),
+            (0x34, "NV_ESC_RM_DUP_OBJECT"),
+            (0x35, "NV_ESC_RM_SHARE"),
+            (0x37, "NV_ESC_RM_CONFIG_GET_EX"),
+            (0x38, "NV_ESC_RM_CONFIG_SET_EX"),
+            (0x39, "NV_ESC_RM_I2C_ACCESS"),
+            (0x41, "NV_ESC_RM_IDLE_CHANNELS"),
+            (0x4a, "NV_ESC_RM_VID_HEAP_CONTROL"),
+            (0x4d, "NV_ESC_RM_ACCESS_REGISTRY"),
+            (0x4e, "NV_ESC_RM_MAP_MEMORY"),
+            (0x4f, "NV_ESC_RM_UNMAP_MEMORY"),
+            (0x52, "NV_ESC_RM_GET_EVENT_DATA"),
+            (0x54, "NV_ESC_RM_ALLOC_CONTEXT_DMA2"),
+            (0x56, "NV_ESC_RM_ADD_VBLANK_CALLBACK"),
+            (0x57, "NV_ESC_RM_MAP_MEMORY_DMA"),
+            (0x58, "NV_ESC_RM_UNMAP_MEMORY_DMA"),
+            (0x59, "NV_ESC_RM_BIND_CONTEXT_DMA"),
+            (0x5c, "NV_ESC_RM_EXPORT_OBJECT_TO_FD"),
+            (0x5d, "NV_ESC_RM_IMPORT_OBJECT_FROM_FD"),
+            (0x5e, "NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO"),
+            (200, "NV_ESC_CARD_INFO"),
+            (201, "NV_ESC_REGISTER_FD"),
+            (206, "NV_ESC_ALLOC_OS_EVENT"),
+            (207, "NV_ESC_FREE_OS_EVENT"),
+            (209, "NV_ESC_STATUS_CODE"),
+            (210, "NV_ESC_CHECK_VERSION_STR"),
+            (211, "NV_ESC_IOCTL_XFER_CMD"),
+            (212, "NV_ESC_ATTACH_GPUS_TO_FD"),
+            (213, "NV_ESC_QUERY_DEVICE_INTR"),
+            (214, "NV_ESC_SYS_PARAMS"),
+            (217, "NV_ESC_EXPORT_TO_DMABUF_FD"),
+            (218, "NV_ESC_WAIT_OPEN_COMPLETE"),
+        ] {
+            assert_eq!(rm_escape(nr), Some(name), "{nr:#x}");
         }
     }
 

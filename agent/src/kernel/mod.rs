@@ -28,7 +28,7 @@ pub mod kallsyms;
 pub mod registry;
 pub mod tracefs;
 
-use crate::decode::nvidia;
+use crate::decode::layouts::{self, Layout};
 use kallsyms::Kallsyms;
 use registry::{self as probes, Attach, ProbeSpec, ProbeState, UVM_MODULE};
 
@@ -113,7 +113,8 @@ impl Kernel {
             targets: StdHashMap::new(),
             tracefs,
         };
-        k.fill_cmds()?;
+        // The driver version is not detected yet: the newest known layouts.
+        k.fill_cmds(&layouts::layout_for(None))?;
         k.write_config(settings)?;
         k.load_programs();
         k.attach_tracepoints();
@@ -121,32 +122,31 @@ impl Kernel {
         Ok(k)
     }
 
-    fn fill_cmds(&mut self) -> Result<()> {
+    /// Writes `layout`'s status locations into `CMDS`: UVM commands by request number, RM
+    /// escapes by the full `_IOWR('F', nr, size)` request of each params form.
+    fn fill_cmds(&mut self, layout: &Layout) -> Result<()> {
         let mut cmds: HashMap<&mut MapData, CmdKey, CmdInfo> =
             HashMap::try_from(self.bpf.map_mut("CMDS").context("map CMDS")?)?;
-        for i in nvidia::UVM_IOCTLS {
-            if let Some(off) = i.status_offset {
+        for e in layout.uvm() {
+            if let Some(off) = e.status_offset {
                 let v = CmdInfo {
                     status_offset: off,
-                    params_size: i.params_size,
+                    params_size: e.params_size,
                 };
-                cmds.insert(CmdKey { uvm: 1, cmd: i.cmd }, v, 0)?;
+                cmds.insert(CmdKey { uvm: 1, cmd: e.cmd }, v, 0)?;
             }
         }
-        for (cmd, size, off) in nvidia::RM_STATUS_IOCTLS {
-            let v = CmdInfo {
-                status_offset: *off,
-                params_size: *size,
-            };
-            cmds.insert(
-                CmdKey {
-                    uvm: 0,
-                    cmd: uvmwatch_common::rm_cmd_key(*cmd),
-                },
-                v,
-                0,
-            )?;
+        for e in layout.rm() {
+            if let Some(off) = e.status_offset {
+                let v = CmdInfo {
+                    status_offset: off,
+                    params_size: e.params_size,
+                };
+                let cmd = uvmwatch_common::rm_cmd_key(e.request());
+                cmds.insert(CmdKey { uvm: 0, cmd }, v, 0)?;
+            }
         }
+        tracing::debug!(layout = %layout, commit = layout.commit(), "ioctl status table loaded");
         Ok(())
     }
 
