@@ -42,6 +42,7 @@ mod artifacts;
 mod fakedev;
 pub mod nv;
 pub mod procfs;
+pub mod replay;
 pub mod rules;
 pub mod snapshot;
 mod workload;
@@ -51,6 +52,7 @@ pub use artifacts::{
     CUDA_WORKLOAD_C, FAKEDEV_BIN, FAKEDEV_ENV, FAKE_LIBCUDA_C,
 };
 pub use fakedev::{FakeDev, FakeDevConfig, FAKEDEV_FSTYPE};
+pub use replay::{Replay, ReplayRun};
 pub use rules::{IoctlAction, IoctlRule, OpenDenial};
 pub use snapshot::{write_snapshot_fixture, SnapshotSpec};
 pub use workload::{
