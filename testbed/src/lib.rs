@@ -1,14 +1,16 @@
 //! Test doubles that let integration tests drive the real uvmwatch agent on a machine
 //! without a GPU or an NVIDIA driver.
 //!
-//! Four parts:
+//! Five parts:
 //! - a fake `libcuda.so.1` (`c/fake_libcuda.c`) whose `cuInit` replays the opens and driver
 //!   ioctls of a real `cuInit`, with NVIDIA's real ioctl numbers (see [`nv`]);
 //! - `cuda-workload` (`c/cuda_workload.c`), a program that loads it and calls `cuInit`;
 //! - `uvmwatch-fakedev`, a FUSE server that serves the device nodes and can fail, delay or
 //!   hold any ioctl ([`FakeDev`]);
 //! - snapshot trees of GPU machines for the doctor's tests ([`snapshot`]:
-//!   [`write_snapshot_fixture`] from a [`SnapshotSpec`]), which need nothing of the above.
+//!   [`write_snapshot_fixture`] from a [`SnapshotSpec`]), which need nothing of the above;
+//! - replays of real recorded CUDA starts ([`replay`]: [`Replay::load`], [`ReplayRun`]),
+//!   which the fake library issues call by call ([`Workload::spawn_replay`]).
 //!
 //! [`spawn_workload`] runs the workload in a private mount namespace whose `/dev` is a tmpfs
 //! holding the fake nodes at their real paths (`/dev/nvidiactl`, `/dev/nvidia0`,
