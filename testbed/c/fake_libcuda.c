@@ -27,6 +27,20 @@
  * cannot copy parameters back. Before each UVM ioctl this library writes the
  * rmStatus a real driver would write into the parameters, and reads it back
  * after the call as a real caller would.
+ *
+ * Replay mode (UVMWATCH_FAKE_REPLAY=<step file>, written by the Rust side from a
+ * testbed/replays/<name>.replay capture, see testbed/src/replay/run.rs): cuInit
+ * issues exactly the steps of the file instead of the sequence above, and
+ * writes what it did to UVMWATCH_FAKE_REPLAY_TRACE. Step lines:
+ *   O <open|openat|openat2> <flags> <fd|-errno> <recorded ok 1|0> <uvm|stop> <path>
+ *   C <fd>
+ *   I <fd> <request> <size> <status offset|-1> <status>
+ * Descriptors are the capture's; they map to the real ones. Each ioctl gets a
+ * params buffer of exactly <size> bytes (NULL for 0) filled with 0xEE, with
+ * <status> planted at the offset; a status other than NV_OK read back makes
+ * cuInit return 3. A recorded-successful open that fails here is handled as
+ * real failing captures show for /dev/nvidia-uvm (again without O_CLOEXEC,
+ * then UVM_DEINITIALIZE on -errno), and cuInit returns 999.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -37,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -339,6 +354,333 @@ static CUresult run_init_sequence(void)
     return CUDA_SUCCESS;
 }
 
+/* ---- Replay mode ------------------------------------------------------- */
+
+#define UVM_DEINITIALIZE 0x30000002u
+#define REPLAY_MAX_STEPS 8192
+#define REPLAY_MAX_FDS 256
+#define REPLAY_PATH_MAX 128
+
+#ifndef SYS_openat2
+#define SYS_openat2 437 /* x86_64, aarch64 and most others */
+#endif
+
+/* struct open_how from linux/openat2.h, which older headers lack. */
+struct replay_open_how {
+    uint64_t flags;
+    uint64_t mode;
+    uint64_t resolve;
+};
+
+enum replay_syscall { RS_OPEN, RS_OPENAT, RS_OPENAT2 };
+
+struct replay_step {
+    char kind;               /* 'O', 'C' or 'I' */
+    enum replay_syscall sc;  /* O */
+    int flags;               /* O */
+    int fd;                  /* O: capture fd or -errno; C, I: capture fd */
+    int recorded_ok;         /* O */
+    int on_fail_uvm;         /* O */
+    char path[REPLAY_PATH_MAX];
+    unsigned long request;   /* I */
+    unsigned long size;      /* I */
+    long status_off;         /* I */
+    uint32_t status;         /* I */
+};
+
+/* A capture descriptor and the real one it maps to (real < 0 for a failed
+ * open's -errno). Kept in the order they were opened. */
+struct replay_fd {
+    int cap;
+    int real;
+    char path[REPLAY_PATH_MAX];
+};
+
+static struct replay_fd replay_fds[REPLAY_MAX_FDS];
+static int replay_fd_count;
+static int replay_trace = -1;
+
+static const char *replay_sc_name(enum replay_syscall sc)
+{
+    return sc == RS_OPEN ? "open" : sc == RS_OPENAT ? "openat" : "openat2";
+}
+
+static int replay_parse_sc(const char *s, enum replay_syscall *sc)
+{
+    if (strcmp(s, "open") == 0)
+        *sc = RS_OPEN;
+    else if (strcmp(s, "openat") == 0)
+        *sc = RS_OPENAT;
+    else if (strcmp(s, "openat2") == 0)
+        *sc = RS_OPENAT2;
+    else
+        return -1;
+    return 0;
+}
+
+/* Reads the step file; returns the number of steps or -1. */
+static int replay_load(const char *file, struct replay_step *steps, int max)
+{
+    FILE *f = fopen(file, "re");
+    if (f == NULL) {
+        fprintf(stderr, "fake libcuda: replay: cannot open %s: %s\n", file, strerror(errno));
+        return -1;
+    }
+    char line[512];
+    int n = 0, lineno = 0;
+    while (fgets(line, sizeof line, f) != NULL) {
+        lineno++;
+        if (lineno == 1) {
+            if (strncmp(line, "uvmwatch-replay 1", 17) != 0)
+                goto bad;
+            continue;
+        }
+        if (n >= max) {
+            fprintf(stderr, "fake libcuda: replay: more than %d steps\n", max);
+            goto fail;
+        }
+        struct replay_step *st = &steps[n];
+        memset(st, 0, sizeof *st);
+        char sc[16], onfail[8];
+        switch (line[0]) {
+        case 'O':
+            if (sscanf(line, "O %15s %i %i %i %7s %127s", sc, &st->flags, &st->fd,
+                       &st->recorded_ok, onfail, st->path) != 6
+                || replay_parse_sc(sc, &st->sc) != 0)
+                goto bad;
+            st->on_fail_uvm = strcmp(onfail, "uvm") == 0;
+            break;
+        case 'C':
+            if (sscanf(line, "C %i", &st->fd) != 1)
+                goto bad;
+            break;
+        case 'I': {
+            unsigned long status = 0;
+            if (sscanf(line, "I %i %li %lu %li %li", &st->fd, (long *)&st->request, &st->size,
+                       &st->status_off, (long *)&status) != 5)
+                goto bad;
+            st->status = (uint32_t)status;
+            break;
+        }
+        default:
+            goto bad;
+        }
+        st->kind = line[0];
+        n++;
+    }
+    fclose(f);
+    return n;
+bad:
+    fprintf(stderr, "fake libcuda: replay: %s:%d: bad step line\n", file, lineno);
+fail:
+    fclose(f);
+    return -1;
+}
+
+static int replay_open_real(enum replay_syscall sc, const char *path, int flags)
+{
+    switch (sc) {
+    case RS_OPEN:
+#ifdef SYS_open
+        return (int)syscall(SYS_open, path, flags, 0);
+#else
+        errno = ENOSYS;
+        return -1;
+#endif
+    case RS_OPENAT:
+        return openat(AT_FDCWD, path, flags);
+    case RS_OPENAT2: {
+        struct replay_open_how how = {.flags = (uint64_t)(unsigned)flags};
+        return (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
+    }
+    }
+    errno = EINVAL;
+    return -1;
+}
+
+/* Opens as recorded and writes the trace line; returns fd or -errno. */
+static int replay_open(enum replay_syscall sc, const char *path, int flags)
+{
+    int fd = replay_open_real(sc, path, flags);
+    int ret = fd >= 0 ? fd : -errno;
+    if (replay_trace >= 0)
+        dprintf(replay_trace, "open %s %d %s %d\n", replay_sc_name(sc), flags, path, ret);
+    return ret;
+}
+
+static void replay_map(int cap, int real, const char *path)
+{
+    if (replay_fd_count >= REPLAY_MAX_FDS)
+        return;
+    struct replay_fd *m = &replay_fds[replay_fd_count++];
+    m->cap = cap;
+    m->real = real;
+    snprintf(m->path, sizeof m->path, "%s", path);
+}
+
+static struct replay_fd *replay_lookup(int cap)
+{
+    for (int i = 0; i < replay_fd_count; i++)
+        if (replay_fds[i].cap == cap)
+            return &replay_fds[i];
+    return NULL;
+}
+
+static void replay_close_real(int fd)
+{
+    int rc = close(fd);
+    if (replay_trace >= 0)
+        dprintf(replay_trace, "close %d %d\n", fd, rc == 0 ? 0 : -errno);
+}
+
+/* Closes one mapping (capture fd), keeping the others in order. */
+static void replay_unmap(int cap)
+{
+    for (int i = 0; i < replay_fd_count; i++) {
+        if (replay_fds[i].cap != cap)
+            continue;
+        if (replay_fds[i].real >= 0)
+            replay_close_real(replay_fds[i].real);
+        memmove(&replay_fds[i], &replay_fds[i + 1],
+                (size_t)(replay_fd_count - i - 1) * sizeof replay_fds[0]);
+        replay_fd_count--;
+        return;
+    }
+}
+
+/* Closes every real descriptor still mapped, in the order they were opened. */
+static void replay_close_all(void)
+{
+    for (int i = 0; i < replay_fd_count; i++)
+        if (replay_fds[i].real >= 0)
+            replay_close_real(replay_fds[i].real);
+    replay_fd_count = 0;
+}
+
+/* One ioctl as recorded. Returns 0 (rc 0), or -errno; *status gets the status
+ * read back when the call succeeded and has a status offset. */
+static int replay_ioctl(int fd, unsigned long request, unsigned long size, long status_off,
+                        uint32_t planted, int *have_status, uint32_t *status)
+{
+    unsigned char *params = NULL;
+    if (size > 0) {
+        params = malloc(size);
+        if (params == NULL)
+            return -ENOMEM;
+        memset(params, 0xEE, size);
+        if (status_off >= 0)
+            put_u32(params, (size_t)status_off, planted);
+    }
+    int rc = ioctl(fd, request, params);
+    int ret = rc < 0 ? -errno : 0;
+    *have_status = 0;
+    if (ret == 0 && status_off >= 0 && params != NULL) {
+        *status = get_u32(params, (size_t)status_off);
+        *have_status = 1;
+    }
+    if (replay_trace >= 0) {
+        if (*have_status)
+            dprintf(replay_trace, "ioctl %d 0x%lx %lu %d %ld 0x%x\n", fd, request, size, ret,
+                    status_off, *status);
+        else
+            dprintf(replay_trace, "ioctl %d 0x%lx %lu %d %ld -\n", fd, request, size, ret,
+                    status_off);
+    }
+    free(params);
+    return ret;
+}
+
+static CUresult replay_fail(CUresult r)
+{
+    replay_close_all();
+    return r;
+}
+
+static CUresult run_replay_steps(struct replay_step *steps, int n)
+{
+    int failed_open = 0;
+    for (int i = 0; i < n; i++) {
+        struct replay_step *st = &steps[i];
+        if (st->kind == 'O') {
+            int ret = replay_open(st->sc, st->path, st->flags);
+            if (st->recorded_ok && ret >= 0) {
+                replay_map(st->fd, ret, st->path);
+            } else if (!st->recorded_ok && ret < 0) {
+                /* Failed as recorded: its -errno stands for the real one. */
+                replay_map(st->fd, ret, st->path);
+                failed_open = 1;
+            } else if (!st->recorded_ok) {
+                fprintf(stderr, "fake libcuda: replay diverged at step %d: %s opened, the capture failed\n",
+                        i + 1, st->path);
+                replay_close_real(ret);
+                return replay_fail(CUDA_ERROR_UNKNOWN);
+            } else {
+                /* Recorded success, real failure: what failing captures show. */
+                if (st->on_fail_uvm) {
+                    if (st->flags & O_CLOEXEC) {
+                        int again = replay_open(st->sc, st->path, st->flags & ~O_CLOEXEC);
+                        if (again >= 0) {
+                            replay_map(st->fd, again, st->path);
+                            continue;
+                        }
+                        ret = again;
+                    }
+                    int have = 0;
+                    uint32_t status = 0;
+                    replay_ioctl(ret, UVM_DEINITIALIZE, 0, -1, NV_OK, &have, &status);
+                }
+                return replay_fail(CUDA_ERROR_UNKNOWN);
+            }
+        } else if (st->kind == 'C') {
+            replay_unmap(st->fd);
+        } else {
+            int fd = st->fd;
+            struct replay_fd *m = replay_lookup(st->fd);
+            if (m != NULL) {
+                fd = m->real;
+            } else if (st->fd >= 0) {
+                fprintf(stderr, "fake libcuda: replay diverged at step %d: fd %d is not open\n",
+                        i + 1, st->fd);
+                return replay_fail(CUDA_ERROR_UNKNOWN);
+            }
+            int have = 0;
+            uint32_t status = 0;
+            int ret = replay_ioctl(fd, st->request, st->size, st->status_off, st->status, &have,
+                                   &status);
+            if (ret < 0 && fd >= 0)
+                return replay_fail(CUDA_ERROR_UNKNOWN);
+            if (have && status != NV_OK)
+                return replay_fail(CUDA_ERROR_NOT_INITIALIZED);
+        }
+    }
+    if (failed_open)
+        return replay_fail(CUDA_ERROR_UNKNOWN);
+    return CUDA_SUCCESS;
+}
+
+static CUresult run_replay(const char *file)
+{
+    struct replay_step *steps = calloc(REPLAY_MAX_STEPS, sizeof *steps);
+    if (steps == NULL)
+        return CUDA_ERROR_UNKNOWN;
+    int n = replay_load(file, steps, REPLAY_MAX_STEPS);
+    if (n < 0) {
+        free(steps);
+        return CUDA_ERROR_UNKNOWN;
+    }
+    const char *trace = getenv("UVMWATCH_FAKE_REPLAY_TRACE");
+    if (trace != NULL && *trace != '\0')
+        replay_trace = open(trace, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    CUresult r = run_replay_steps(steps, n);
+    free(steps);
+    if (replay_trace >= 0) {
+        dprintf(replay_trace, "result %d\n", r);
+        close(replay_trace);
+        replay_trace = -1;
+    }
+    return r;
+}
+
 /* Initializes the fake driver. flags must be 0, as for the real cuInit. */
 CUresult cuInit(unsigned int flags)
 {
@@ -352,6 +694,11 @@ CUresult cuInit(unsigned int flags)
         result = CUDA_ERROR_NOT_INITIALIZED;
     } else if (init_done) {
         result = init_result;
+    } else if (getenv("UVMWATCH_FAKE_REPLAY") != NULL && *getenv("UVMWATCH_FAKE_REPLAY") != '\0') {
+        result = run_replay(getenv("UVMWATCH_FAKE_REPLAY"));
+        init_done = 1;
+        init_pid = getpid();
+        init_result = result;
     } else {
         result = run_init_sequence();
         if (result != CUDA_SUCCESS)

@@ -37,6 +37,9 @@ pub struct FakeDevConfig {
     pub deny: Vec<OpenDenial>,
     /// Ioctl rules; commands without one succeed.
     pub ioctl_rules: Vec<IoctlRule>,
+    /// End each ioctl line of [`FakeDev::log`] with ` params=<hex>`, the params bytes the
+    /// server received (`--dump-params`).
+    pub dump_params: bool,
 }
 
 impl Default for FakeDevConfig {
@@ -47,6 +50,7 @@ impl Default for FakeDevConfig {
             omit: Vec::new(),
             deny: Vec::new(),
             ioctl_rules: Vec::new(),
+            dump_params: false,
         }
     }
 }
@@ -69,6 +73,9 @@ impl FakeDevConfig {
             args.push(rule.to_string().into());
         }
         args.push("--verbose".into());
+        if self.dump_params {
+            args.push("--dump-params".into());
+        }
         args
     }
 

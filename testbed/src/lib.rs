@@ -1,14 +1,16 @@
 //! Test doubles that let integration tests drive the real uvmwatch agent on a machine
 //! without a GPU or an NVIDIA driver.
 //!
-//! Four parts:
+//! Five parts:
 //! - a fake `libcuda.so.1` (`c/fake_libcuda.c`) whose `cuInit` replays the opens and driver
 //!   ioctls of a real `cuInit`, with NVIDIA's real ioctl numbers (see [`nv`]);
 //! - `cuda-workload` (`c/cuda_workload.c`), a program that loads it and calls `cuInit`;
 //! - `uvmwatch-fakedev`, a FUSE server that serves the device nodes and can fail, delay or
 //!   hold any ioctl ([`FakeDev`]);
 //! - snapshot trees of GPU machines for the doctor's tests ([`snapshot`]:
-//!   [`write_snapshot_fixture`] from a [`SnapshotSpec`]), which need nothing of the above.
+//!   [`write_snapshot_fixture`] from a [`SnapshotSpec`]), which need nothing of the above;
+//! - replays of real recorded CUDA starts ([`replay`]: [`Replay::load`], [`ReplayRun`]),
+//!   which the fake library issues call by call ([`Workload::spawn_replay`]).
 //!
 //! [`spawn_workload`] runs the workload in a private mount namespace whose `/dev` is a tmpfs
 //! holding the fake nodes at their real paths (`/dev/nvidiactl`, `/dev/nvidia0`,
@@ -42,6 +44,7 @@ mod artifacts;
 mod fakedev;
 pub mod nv;
 pub mod procfs;
+pub mod replay;
 pub mod rules;
 pub mod snapshot;
 mod workload;
@@ -51,11 +54,13 @@ pub use artifacts::{
     CUDA_WORKLOAD_C, FAKEDEV_BIN, FAKEDEV_ENV, FAKE_LIBCUDA_C,
 };
 pub use fakedev::{FakeDev, FakeDevConfig, FAKEDEV_FSTYPE};
+pub use replay::{Replay, ReplayRun};
 pub use rules::{IoctlAction, IoctlRule, OpenDenial};
 pub use snapshot::{write_snapshot_fixture, SnapshotSpec};
 pub use workload::{
-    parse_cuinit_lines, spawn_workload, spawn_workload_with_args, CuInitLine, LibLocation,
-    Scenario, Workload, WorkloadConfig, WorkloadOutput, PRIVATE_LIB_DIR,
+    parse_cuinit_lines, spawn_workload, spawn_workload_replay, spawn_workload_with_args,
+    CuInitLine, LibLocation, Scenario, Workload, WorkloadConfig, WorkloadOutput, PRIVATE_LIB_DIR,
+    REPLAY_ENV, REPLAY_TRACE_ENV,
 };
 
 /// Environment variable naming a file that [`skip`] appends its line to. `cargo xtask test`

@@ -11,6 +11,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::artifacts::Artifacts;
 use crate::fakedev::FakeDev;
+use crate::replay::{parse_trace, Call, ReplayRun};
 
 /// Where [`LibLocation::PrivateNamespace`] puts `libcuda.so.1` inside the namespace: the
 /// directory NVIDIA's container tooling and GKE use. It must not exist on the host; inside
@@ -160,6 +161,63 @@ pub fn spawn_workload_with_args(
     extra_args: &[&str],
 ) -> Result<Child> {
     let work = dev.new_work_dir()?;
+    spawn_in(dev, artifacts, config, extra_args, &work, &[])
+}
+
+/// Files of a replay run inside the workload's work directory.
+const REPLAY_STEPS_FILE: &str = "replay.steps";
+const REPLAY_TRACE_FILE: &str = "replay.trace";
+
+/// Like [`spawn_workload`], with the fake library replaying `run` instead of its own
+/// sequence. Returns the process and the trace file it writes (see
+/// [`crate::replay::parse_trace`]).
+///
+/// # Errors
+/// As [`spawn_workload`]; also when `config.scenario` needs a status the run cannot plant
+/// (`RegisterGpuNoMemory` without a status offset for `UVM_REGISTER_GPU`).
+pub fn spawn_workload_replay(
+    dev: &FakeDev,
+    artifacts: &Artifacts,
+    config: WorkloadConfig,
+    run: &ReplayRun,
+    extra_args: &[&str],
+) -> Result<(Child, PathBuf)> {
+    if !run.supports(config.scenario) {
+        bail!(
+            "replay {}: scenario {} needs a status offset for UVM_REGISTER_GPU in the layout table",
+            run.replay().name,
+            config.scenario.as_str()
+        );
+    }
+    let work = dev.new_work_dir()?;
+    let steps = work.join(REPLAY_STEPS_FILE);
+    let trace = work.join(REPLAY_TRACE_FILE);
+    fs::write(&steps, run.step_file(config.scenario))
+        .with_context(|| format!("write {}", steps.display()))?;
+    let env = [
+        (REPLAY_ENV.to_string(), steps.to_string_lossy().into_owned()),
+        (
+            REPLAY_TRACE_ENV.to_string(),
+            trace.to_string_lossy().into_owned(),
+        ),
+    ];
+    let child = spawn_in(dev, artifacts, config, extra_args, &work, &env)?;
+    Ok((child, trace))
+}
+
+/// Environment variable naming the step file the fake library replays.
+pub const REPLAY_ENV: &str = "UVMWATCH_FAKE_REPLAY";
+/// Environment variable naming the file the fake library writes its replay trace to.
+pub const REPLAY_TRACE_ENV: &str = "UVMWATCH_FAKE_REPLAY_TRACE";
+
+fn spawn_in(
+    dev: &FakeDev,
+    artifacts: &Artifacts,
+    config: WorkloadConfig,
+    extra_args: &[&str],
+    work: &Path,
+    env: &[(String, String)],
+) -> Result<Child> {
     fs::create_dir(work.join("hostdev"))?;
 
     let (lib_arg, private_lib) = match &config.lib_location {
@@ -193,12 +251,13 @@ pub fn spawn_workload_with_args(
     }
     cmd.args(extra_args);
     cmd.env("UVMWATCH_TB_FUSE", dev.mountpoint())
-        .env("UVMWATCH_TB_WORK", &work)
+        .env("UVMWATCH_TB_WORK", work)
         .env("UVMWATCH_TB_NODES", dev.node_names().join(" "))
         .env("UVMWATCH_TB_PRIVATE_LIB", private_lib)
         .env("UVMWATCH_FAKE_SCENARIO", config.scenario.as_str())
         .env("UVMWATCH_FAKE_GPUS", config.gpus.to_string())
         .envs(config.extra_env.iter().map(|(k, v)| (k, v)))
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
@@ -262,6 +321,7 @@ pub struct Workload {
     child: Child,
     lines: mpsc::Receiver<String>,
     seen: Vec<String>,
+    trace: Option<PathBuf>,
 }
 
 impl Workload {
@@ -283,7 +343,39 @@ impl Workload {
         config: WorkloadConfig,
         extra_args: &[&str],
     ) -> Result<Self> {
-        let mut child = spawn_workload_with_args(dev, artifacts, config, extra_args)?;
+        let child = spawn_workload_with_args(dev, artifacts, config, extra_args)?;
+        Ok(Self::from_child(child, None))
+    }
+
+    /// Starts a workload whose fake library replays `run` (see
+    /// [`spawn_workload_replay`]); [`Workload::replay_calls`] then reads what it did.
+    ///
+    /// # Errors
+    /// As [`spawn_workload_replay`].
+    pub fn spawn_replay(
+        dev: &FakeDev,
+        artifacts: &Artifacts,
+        config: WorkloadConfig,
+        run: &ReplayRun,
+    ) -> Result<Self> {
+        let (child, trace) = spawn_workload_replay(dev, artifacts, config, run, &[])?;
+        Ok(Self::from_child(child, Some(trace)))
+    }
+
+    /// The calls the fake library made while replaying, with node paths, and the
+    /// `cuInit` result it wrote (`None` before `cuInit` returned), from its trace file.
+    ///
+    /// # Errors
+    /// Not a replay workload, or the trace cannot be read or parsed.
+    pub fn replay_calls(&self) -> Result<(Vec<Call>, Option<i32>)> {
+        let Some(trace) = &self.trace else {
+            bail!("workload {} is not a replay", self.pid());
+        };
+        let text = fs::read_to_string(trace).unwrap_or_default();
+        parse_trace(&text).map_err(|e| anyhow::anyhow!("{}: {e}", trace.display()))
+    }
+
+    fn from_child(mut child: Child, trace: Option<PathBuf>) -> Self {
         let stdout = child.stdout.take().expect("stdout is piped");
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
@@ -294,11 +386,12 @@ impl Workload {
                 }
             }
         });
-        Ok(Workload {
+        Workload {
             child,
             lines,
             seen: Vec::new(),
-        })
+            trace,
+        }
     }
 
     /// The workload's process id (the one that calls `cuInit` first).

@@ -470,3 +470,265 @@ fn open_fds_resolve_to_the_real_device_paths() {
     dev.release().unwrap();
     assert_eq!(rcs(&w.wait_timeout(WAIT).unwrap()), [0]);
 }
+
+// ---- Replays of real captures (testbed/replays/, uvmwatch_testbed::replay) ----
+
+use uvmwatch_testbed::replay::{self as rp, Call, ServerCall, Target};
+
+/// Layouts of the requests in the replays (sizes and `rmStatus` offsets, the same for these
+/// commands in 535..590): what the agent's per-version table gives.
+const LAYOUT: &[(u32, u32, Option<u32>)] = &[
+    (nv::UVM_INITIALIZE, 16, Some(8)),
+    (nv::UVM_MM_INITIALIZE, 8, Some(4)),
+    (nv::UVM_PAGEABLE_MEM_ACCESS, 8, Some(4)),
+    (nv::UVM_REGISTER_GPU, 40, Some(36)),
+    (nv::UVM_CREATE_RANGE_GROUP, 16, Some(8)),
+    (nv::NV_ESC_RM_CONTROL, 32, Some(28)),
+    (nv::NV_ESC_RM_ALLOC, 48, Some(40)),
+    (nv::NV_ESC_RM_FREE, 16, Some(12)),
+];
+
+fn replay_run(name: &str) -> ReplayRun {
+    ReplayRun::new(Replay::load(name).unwrap(), LAYOUT).unwrap()
+}
+
+/// Runs `run` against nodes served as `cfg` says and checks, against
+/// [`ReplayRun::expected`]: `cuInit`'s result, every call the library made (its trace), the
+/// opens and ioctls the server saw with their sizes, in order, and each planted status: in
+/// the bytes the server received (RM requests) and read back by the caller (all).
+fn check_replay(
+    artifacts: &Artifacts,
+    run: &ReplayRun,
+    cfg: FakeDevConfig,
+    scenario: Scenario,
+) -> rp::Expected {
+    let cfg = FakeDevConfig {
+        dump_params: true,
+        ..cfg
+    };
+    let dev = FakeDev::start(artifacts, cfg.clone()).unwrap();
+    let mut w = Workload::spawn_replay(&dev, artifacts, quick(scenario), run).unwrap();
+    let pid = w.pid();
+    let out = w.wait_timeout(WAIT).unwrap();
+    let expected = run.expected(&cfg, scenario);
+    assert_eq!(rcs(&out), [expected.cuinit_rc], "{out:?}");
+    let (calls, rc) = w.replay_calls().unwrap();
+    assert_eq!(rc, Some(expected.cuinit_rc));
+    assert_eq!(calls, expected.calls, "the library's calls");
+    let log = dev.log();
+    let seen: Vec<rp::ServerLogEntry> = rp::parse_server_log(&log)
+        .into_iter()
+        .filter(|e| e.pid == pid)
+        .collect();
+    let seen_calls: Vec<ServerCall> = seen.iter().map(|e| e.call.clone()).collect();
+    assert_eq!(
+        seen_calls,
+        expected.server_calls(&cfg),
+        "server log:\n{log}"
+    );
+    // Planted statuses at their offsets: in what the server got (RM) and what the caller
+    // read back (every call with an offset).
+    let mut on_server = seen
+        .iter()
+        .filter(|e| matches!(e.call, ServerCall::Ioctl { .. }));
+    for call in &expected.calls {
+        let Call::Ioctl {
+            target: Target::Node(_),
+            request,
+            size,
+            status_offset,
+            status,
+            ..
+        } = call
+        else {
+            continue;
+        };
+        let got = on_server.next().expect("server saw the ioctl");
+        let params = got.params.as_deref().unwrap_or_default();
+        if rp::ioc_dir(*request) == 0 {
+            assert!(
+                params.is_empty(),
+                "plain-integer request {request:#x} carries no bytes"
+            );
+            continue;
+        }
+        assert_eq!(params.len(), *size as usize, "{request:#x}");
+        let at = status_offset.map(|o| o as usize);
+        for (i, b) in params.iter().enumerate() {
+            if at.is_some_and(|o| (o..o + 4).contains(&i)) {
+                continue;
+            }
+            assert_eq!(*b, 0xEE, "{request:#x} byte {i}");
+        }
+        if let (Some(o), Some(s)) = (at, status) {
+            assert_eq!(
+                params[o..o + 4],
+                s.to_le_bytes(),
+                "{request:#x} status at {o}"
+            );
+        }
+    }
+    expected
+}
+
+#[test]
+fn replays_issue_the_recorded_calls() {
+    let Some((_out, artifacts)) = setup() else {
+        return;
+    };
+    let e = check_replay(
+        &artifacts,
+        &replay_run("535.104.05-h100-cumemory"),
+        FakeDevConfig::default(),
+        Scenario::Success,
+    );
+    assert_eq!((e.cuinit_rc, e.ioctls().count()), (0, 93));
+    let e = check_replay(
+        &artifacts,
+        &replay_run("555.42.02-gtx1080ti-fragment"),
+        FakeDevConfig::default(),
+        Scenario::Success,
+    );
+    assert_eq!((e.cuinit_rc, e.ioctls().count()), (0, 10));
+    // The failing capture, against a UVM node that fails as it did: both opens, then
+    // UVM_DEINITIALIZE on -EIO.
+    let eio = FakeDevConfig {
+        deny: vec!["nvidia-uvm=EIO".parse().unwrap()],
+        ..FakeDevConfig::default()
+    };
+    let e = check_replay(
+        &artifacts,
+        &replay_run("580.95.05-rtx3060-uvm-eio"),
+        eio,
+        Scenario::Success,
+    );
+    assert_eq!(e.cuinit_rc, nv::CUDA_ERROR_UNKNOWN);
+    assert!(matches!(
+        e.calls.last(),
+        Some(Call::Ioctl {
+            target: Target::Fd(-5),
+            request: 0x3000_0002,
+            result: Err(9),
+            ..
+        })
+    ));
+}
+
+#[test]
+fn replay_scenarios_on_the_535_capture() {
+    let Some((_out, artifacts)) = setup() else {
+        return;
+    };
+    let run = replay_run("535.104.05-h100-cumemory");
+    // NV_ERR_NO_MEMORY at UVM_REGISTER_GPU's offset: cuInit stops there with 3.
+    let e = check_replay(
+        &artifacts,
+        &run,
+        FakeDevConfig::default(),
+        Scenario::RegisterGpuNoMemory,
+    );
+    assert_eq!(e.cuinit_rc, nv::CUDA_ERROR_NOT_INITIALIZED);
+    assert!(e.calls.iter().any(|c| matches!(
+        c,
+        Call::Ioctl {
+            request: 0x25,
+            status: Some(0x51),
+            status_offset: Some(36),
+            ..
+        }
+    )));
+    assert!(!e
+        .calls
+        .iter()
+        .any(|c| matches!(c, Call::Ioctl { request: 0x17, .. })));
+    // A status planted in an RM call reaches the server at the layout's offset.
+    let planted = run.clone().plant(nv::NV_ESC_RM_ALLOC, 0x1f);
+    let e = check_replay(
+        &artifacts,
+        &planted,
+        FakeDevConfig::default(),
+        Scenario::Success,
+    );
+    assert_eq!(e.cuinit_rc, nv::CUDA_ERROR_NOT_INITIALIZED);
+    // Missing and denied /dev/nvidia-uvm: retried without O_CLOEXEC, UVM_DEINITIALIZE on
+    // -errno, 999.
+    for (cfg, errno) in [
+        (
+            FakeDevConfig {
+                omit: vec!["nvidia-uvm".into()],
+                ..FakeDevConfig::default()
+            },
+            libc::ENOENT,
+        ),
+        (
+            FakeDevConfig {
+                deny: vec!["nvidia-uvm=EPERM".parse().unwrap()],
+                ..FakeDevConfig::default()
+            },
+            libc::EPERM,
+        ),
+    ] {
+        let e = check_replay(&artifacts, &run, cfg, Scenario::MissingNode);
+        assert_eq!(e.cuinit_rc, nv::CUDA_ERROR_UNKNOWN);
+        let uvm_opens = e
+            .calls
+            .iter()
+            .filter(|c| matches!(c, Call::Open { path, result: Err(_), .. } if path == "/dev/nvidia-uvm"))
+            .count();
+        assert_eq!(uvm_opens, 2);
+        assert!(e.calls.iter().any(|c| matches!(
+            c,
+            Call::Ioctl { target: Target::Fd(fd), request: 0x3000_0002, .. } if *fd == -errno
+        )));
+    }
+}
+
+#[test]
+fn replay_hangs_in_register_gpu_until_released() {
+    let Some((_out, artifacts)) = setup() else {
+        return;
+    };
+    let config = FakeDevConfig {
+        ioctl_rules: vec!["0x25=hang".parse().unwrap()],
+        ..FakeDevConfig::default()
+    };
+    let dev = FakeDev::start(&artifacts, config).unwrap();
+    let run = replay_run("535.104.05-h100-cumemory");
+    let mut w =
+        Workload::spawn_replay(&dev, &artifacts, quick(Scenario::HangRegisterGpu), &run).unwrap();
+    procfs::wait_for_thread(w.pid(), WAIT, in_ioctl(nv::UVM_REGISTER_GPU)).unwrap();
+    assert!(w.try_wait().unwrap().is_none(), "must still hang");
+    dev.release().unwrap();
+    assert_eq!(rcs(&w.wait_timeout(WAIT).unwrap()), [0]);
+    assert!(dev.log().contains("release cmd=0x25"));
+}
+
+#[test]
+fn replay_opens_through_open_and_openat2() {
+    let Some((_out, artifacts)) = setup() else {
+        return;
+    };
+    // Synthetic, not a capture: the 535 replay with its opens switched to open(2) (as
+    // glibc < 2.26 issues them) and to openat2(2), to exercise those system calls.
+    let text = rp::REPLAY_FILES
+        .iter()
+        .find(|(n, _)| *n == "535.104.05-h100-cumemory")
+        .unwrap()
+        .1;
+    for syscall in ["open", "openat2"] {
+        let changed = text.replace(" openat -> ", &format!(" {syscall} -> "));
+        let replay = Replay::parse("synthetic", "synthetic.replay", &changed).unwrap();
+        let run = ReplayRun::new(replay, LAYOUT).unwrap();
+        let e = check_replay(
+            &artifacts,
+            &run,
+            FakeDevConfig::default(),
+            Scenario::Success,
+        );
+        assert_eq!(e.cuinit_rc, 0);
+        assert!(e
+            .calls
+            .iter()
+            .all(|c| !matches!(c, Call::Open { syscall: s, .. } if s.as_str() != syscall)));
+    }
+}

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! uvmwatch-fakedev MOUNTPOINT [--gpus N] [--omit NAME]... [--deny NAME=ERRNO]...
-//!                  [--ioctl CMD=ACTION]... [--verbose]
+//!                  [--ioctl CMD=ACTION]... [--verbose [--dump-params]]
 //! ```
 //!
 //! It mounts a directory holding regular files named `nvidiactl`, `nvidia0`..`nvidia{N-1}`,
@@ -11,7 +11,9 @@
 //! `spawn_workload`). Opens succeed unless `--deny`; ioctls follow the `--ioctl` rules
 //! (`ok`, `errno:NAME|N`, `delay:MS`, `hang`), unknown commands succeed. For `_IOC`-encoded
 //! commands (the RM ioctls) the kernel copies the parameters in and out and the server echoes
-//! them back unchanged; plain-integer UVM commands carry no data through FUSE.
+//! them back unchanged, whatever the command's type byte, so a status the caller wrote into
+//! them survives; plain-integer UVM commands carry no data through FUSE. `--dump-params`
+//! logs the bytes received.
 //!
 //! It prints `ready` on stdout once mounted. `SIGUSR1` answers every held (`hang` or
 //! `delay`) ioctl with success; `SIGTERM`, `SIGINT` or `SIGHUP` unmount and exit.
@@ -82,6 +84,10 @@ struct Args {
     /// Log every open, ioctl, interrupt and release on stderr.
     #[arg(long)]
     verbose: bool,
+    /// With --verbose: end each ioctl line with ` params=<hex>`, the bytes the kernel
+    /// copied in (empty for commands without `_IOC` size bits).
+    #[arg(long)]
+    dump_params: bool,
 }
 
 /// An ioctl whose answer is held back (`hang`, `delay`).
@@ -170,6 +176,7 @@ struct FakeDevFs {
     rules: HashMap<u32, IoctlAction>,
     held: Arc<HeldIoctls>,
     verbose: bool,
+    dump_params: bool,
     created: SystemTime,
 }
 
@@ -297,8 +304,14 @@ impl fuser::Filesystem for FakeDevFs {
     ) {
         let action = self.rules.get(&cmd).copied().unwrap_or(IoctlAction::Ok);
         if self.verbose {
+            let params = if self.dump_params {
+                let hex: String = in_data.iter().map(|b| format!("{b:02x}")).collect();
+                format!(" params={hex}")
+            } else {
+                String::new()
+            };
             eprintln!(
-                "uvmwatch-fakedev: ioctl node={} cmd={cmd:#x} in={} out={out_size} pid={}: {action}",
+                "uvmwatch-fakedev: ioctl node={} cmd={cmd:#x} in={} out={out_size} pid={}: {action}{params}",
                 self.node_name(ino.0).unwrap_or("?"),
                 in_data.len(),
                 req.pid()
@@ -516,6 +529,7 @@ fn run(args: Args) -> Result<()> {
         rules: args.ioctl.iter().map(|r| (r.cmd, r.action)).collect(),
         held: Arc::clone(&held),
         verbose: args.verbose,
+        dump_params: args.dump_params,
         created: SystemTime::now(),
     };
 
