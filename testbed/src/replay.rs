@@ -30,8 +30,16 @@ pub use run::{
 /// crate can load them wherever it runs.
 pub const REPLAY_FILES: &[(&str, &str)] = &[
     (
+        "450.80.02-t4-centos7-uvm-eperm",
+        include_str!("../replays/450.80.02-t4-centos7-uvm-eperm.replay"),
+    ),
+    (
         "535.104.05-h100-cumemory",
         include_str!("../replays/535.104.05-h100-cumemory.replay"),
+    ),
+    (
+        "545.29.06-gtx1650ti-cuinit",
+        include_str!("../replays/545.29.06-gtx1650ti-cuinit.replay"),
     ),
     (
         "555.42.02-gtx1080ti-fragment",

@@ -88,6 +88,7 @@ impl CaptureArgs {
             facts: Some(crate::observer::diagnosis::FactsFrom::Live {
                 host_root: g.host_root.clone(),
             }),
+            driver: g.driver(),
             ..RunConfig::new()
         }
     }

@@ -75,7 +75,7 @@ pub fn doctor(a: DoctorArgs, g: &Global) -> anyhow::Result<ExitCode> {
         let evidence = collect::collect(&root);
         let mut observations = crate::doctor::facts::Observations::default();
         if a.probe {
-            let r = probe(&a.libcuda, a.probe_timeout)?;
+            let r = probe(&a.libcuda, a.probe_timeout, g)?;
             for n in &r.notes {
                 eprintln!("uvmwatch doctor --probe: {n}");
             }
@@ -176,8 +176,9 @@ impl Listener for ProbeListener {
 ///
 /// # Errors
 /// The probes cannot load (not root, no BPF) or the child cannot be started.
-pub fn probe(libcuda: &[PathBuf], deadline: Duration) -> anyhow::Result<ProbeRun> {
+pub fn probe(libcuda: &[PathBuf], deadline: Duration, g: &Global) -> anyhow::Result<ProbeRun> {
     let cfg = RunConfig {
+        driver: g.driver(),
         cuinit_stall: deadline,
         ioctl_stall: deadline,
         slow_ioctl: Duration::from_millis(100),

@@ -13,7 +13,7 @@ use std::{path::PathBuf, process::ExitCode};
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
-use crate::export::log;
+use crate::{export::log, observer::driver::DriverFrom};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -33,6 +33,16 @@ struct Cli {
     /// then never opened by the agent itself.
     #[arg(long, global = true, env = "UVMWATCH_HOST_ROOT", value_name = "DIR")]
     host_root: Option<PathBuf>,
+    /// Read ioctl statuses with the params layouts of this driver release (e.g. 535.104.05)
+    /// instead of the running driver's (`/proc/driver/nvidia/version`): for replays, tests,
+    /// or a host whose version file the agent cannot see.
+    #[arg(
+        long,
+        global = true,
+        env = "UVMWATCH_DRIVER_VERSION",
+        value_name = "X.Y.Z"
+    )]
+    driver_version: Option<crate::decode::layouts::DriverVersion>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -84,6 +94,21 @@ pub struct Global {
     pub log_format: log::Format,
     /// Where the host's `/` is mounted when the agent runs in a container.
     pub host_root: Option<PathBuf>,
+    /// `--driver-version`.
+    pub driver_version: Option<crate::decode::layouts::DriverVersion>,
+}
+
+impl Global {
+    /// Where the driver's version comes from: `--driver-version`, else the version file
+    /// below `--host-root`.
+    pub fn driver(&self) -> DriverFrom {
+        match self.driver_version {
+            Some(v) => DriverFrom::Given(v),
+            None => DriverFrom::Live {
+                host_root: self.host_root.clone(),
+            },
+        }
+    }
 }
 
 impl LogFormat {
@@ -126,6 +151,7 @@ pub fn main() -> ExitCode {
     let global = Global {
         log_format: cli.log_format.resolve(),
         host_root: cli.host_root.clone(),
+        driver_version: cli.driver_version,
     };
     log::init(global.log_format, &cli.log_level);
     if let Some(h) = &cli.host_root {
@@ -139,7 +165,7 @@ pub fn main() -> ExitCode {
     }
     let r = match cli.cmd {
         Cmd::Run(a) => run::run(a, &global),
-        Cmd::Probes { libcuda } => probes::probes(libcuda),
+        Cmd::Probes { libcuda } => probes::probes(libcuda, &global),
         Cmd::Doctor(a) => doctor::doctor(a, &global),
         Cmd::Capture(a) => capture::capture(a, &global),
         Cmd::Annotate(a) => annotate::annotate(a),

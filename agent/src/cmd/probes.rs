@@ -3,12 +3,18 @@
 
 use std::{path::PathBuf, process::ExitCode};
 
+use crate::event::DriverLayout;
 use crate::kernel::registry as probes;
+use crate::observer::driver::DriverWatch;
 use crate::{host::discovery, kernel};
 
 /// `uvmwatch probes`: loads and attaches for real, prints the table, detaches.
 /// Exit 0 when every required probe attached, 1 otherwise, 2 when it could not run.
-pub fn probes(libcuda: Vec<PathBuf>) -> anyhow::Result<ExitCode> {
+pub fn probes(libcuda: Vec<PathBuf>, g: &super::Global) -> anyhow::Result<ExitCode> {
+    let (layout, said) = DriverWatch::new(g.driver(), None)
+        .check()
+        .expect("a first check reports");
+    println!("{}", driver_line(&said));
     if !kernel::is_root() {
         let rows: Vec<_> = probes::REGISTRY
             .iter()
@@ -25,6 +31,7 @@ pub fn probes(libcuda: Vec<PathBuf>) -> anyhow::Result<ExitCode> {
     }
     let mut k = kernel::Kernel::load(&kernel::KernelSettings {
         slow_ioctl_ns: 1_000_000_000,
+        layout: &layout,
     })?;
     let mut d = discovery::Discovery::new();
     let mut targets: Vec<discovery::LibTarget> = Vec::new();
@@ -79,4 +86,20 @@ pub fn probes_doc(update: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     })?;
     std::fs::write(&path, new).with_context(|| format!("writing {}", path.display()))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The first line of `uvmwatch probes`: the driver and the ioctl layouts its statuses are
+/// read with.
+fn driver_line(d: &DriverLayout) -> String {
+    match (d.driver.as_deref(), d.selection) {
+        (Some(v), "exact") => format!("driver: {v} ({}); ioctl layouts: {}", d.source, d.layout),
+        (Some(v), _) => format!(
+            "driver: {v} ({}); ioctl layouts: {} (nearest known release: {v} is not in the table)",
+            d.source, d.layout
+        ),
+        (None, _) => format!(
+            "driver: unknown ({}); ioctl layouts: {} (newest known release)",
+            d.source, d.layout
+        ),
+    }
 }

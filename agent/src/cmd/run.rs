@@ -13,7 +13,7 @@ use crate::{
         metrics::Metrics,
         otlp,
     },
-    observer::{diagnosis::FactsFrom, Observer, RunConfig},
+    observer::{diagnosis::FactsFrom, driver::DriverFrom, Observer, RunConfig},
 };
 
 /// Default `--listen`: port 19400. The Prometheus default port allocations list (9100-9999)
@@ -93,6 +93,12 @@ pub fn run(a: RunArgs, g: &Global) -> anyhow::Result<ExitCode> {
         libcuda: a.libcuda,
         proc_scan: !a.no_proc_scan,
         proc_root: PathBuf::from("/proc"),
+        // With a snapshot's facts, the ioctl layouts of the snapshot's driver too (unless
+        // --driver-version says otherwise).
+        driver: match (&a.evidence_root, g.driver_version) {
+            (Some(_), None) => DriverFrom::Snapshot,
+            _ => g.driver(),
+        },
         facts: Some(match a.evidence_root {
             Some(p) => FactsFrom::Snapshot(p),
             None => FactsFrom::Live {

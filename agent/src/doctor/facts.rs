@@ -49,16 +49,7 @@ impl<T> Fact<T> {
     }
 }
 
-/// `/proc/driver/nvidia/version`, first line.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DriverInfo {
-    /// e.g. `590.48.01`.
-    pub version: String,
-    /// true for "NVIDIA UNIX Open Kernel Module", false for the proprietary module.
-    pub open_module: bool,
-    /// The line as read.
-    pub line: String,
-}
+pub use crate::host::driver::DriverInfo;
 
 /// One `/dev/nvidia*` node as found.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -135,6 +135,9 @@ pub enum Kind {
     },
     /// The module the module kprobes target was loaded or unloaded.
     ModuleChanged { module: &'static str, loaded: bool },
+    /// The ioctl layouts statuses are read with: at start, and when the driver's version
+    /// changes.
+    DriverLayout(DriverLayout),
     /// The probe table changed (start, a libcuda attached, a module came or went).
     ProbesChanged {
         /// Every probe and its state.
@@ -432,6 +435,22 @@ pub struct Started {
     pub libcuda_targets: usize,
     pub cuinit_stall: Duration,
     pub ioctl_stall: Duration,
+}
+
+/// Which driver release's ioctl params layouts the kernel side reads statuses with
+/// (`observer::driver`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DriverLayout {
+    /// The running driver's version, when known (`535.104.05`).
+    pub driver: Option<String>,
+    /// Where the version came from (a path, `--driver-version`, the snapshot), or why it is
+    /// not known.
+    pub source: String,
+    /// The known release whose layouts are used (`decode::layouts`).
+    pub layout: String,
+    /// `exact` (the driver's own), `nearest` (a version the table does not know) or
+    /// `newest` (no version known).
+    pub selection: &'static str,
 }
 
 /// One pass of the stall scan.

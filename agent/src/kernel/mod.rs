@@ -28,7 +28,7 @@ pub mod kallsyms;
 pub mod registry;
 pub mod tracefs;
 
-use crate::decode::layouts::{self, Layout};
+use crate::decode::layouts::Layout;
 use kallsyms::Kallsyms;
 use registry::{self as probes, Attach, ProbeSpec, ProbeState, UVM_MODULE};
 
@@ -37,9 +37,11 @@ static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"),
 
 /// Settings handed to the kernel side at load time.
 #[derive(Clone, Debug)]
-pub struct KernelSettings {
+pub struct KernelSettings<'a> {
     /// Ioctls at least this long are sent to user space one by one (ns).
     pub slow_ioctl_ns: u64,
+    /// The driver release whose params layouts statuses are read with.
+    pub layout: &'a Layout,
 }
 
 /// A libcuda file with `cuInit` probes attached.
@@ -64,6 +66,37 @@ pub struct Kernel {
     targets: StdHashMap<(u64, u64), LibcudaTarget>,
     /// Where tracefs is, when it is.
     pub tracefs: Option<PathBuf>,
+}
+
+/// The `CMDS` entries of `layout`: every command with a status, UVM by request number, RM by
+/// [`uvmwatch_common::rm_cmd_key`] of its `_IOWR('F', nr, size)`.
+fn status_entries(layout: &Layout) -> Vec<(CmdKey, CmdInfo)> {
+    let uvm = layout.uvm().filter_map(|e| {
+        let status_offset = e.status_offset?;
+        let key = CmdKey { uvm: 1, cmd: e.cmd };
+        Some((
+            key,
+            CmdInfo {
+                status_offset,
+                params_size: e.params_size,
+            },
+        ))
+    });
+    let rm = layout.rm().filter_map(|e| {
+        let status_offset = e.status_offset?;
+        let key = CmdKey {
+            uvm: 0,
+            cmd: uvmwatch_common::rm_cmd_key(e.request()),
+        };
+        Some((
+            key,
+            CmdInfo {
+                status_offset,
+                params_size: e.params_size,
+            },
+        ))
+    });
+    uvm.chain(rm).collect()
 }
 
 /// Whether this process can load BPF programs (effective uid 0 is the practical test; the
@@ -113,8 +146,7 @@ impl Kernel {
             targets: StdHashMap::new(),
             tracefs,
         };
-        // The driver version is not detected yet: the newest known layouts.
-        k.fill_cmds(&layouts::layout_for(None))?;
+        k.load_layout(settings.layout)?;
         k.write_config(settings)?;
         k.load_programs();
         k.attach_tracepoints();
@@ -122,29 +154,25 @@ impl Kernel {
         Ok(k)
     }
 
-    /// Writes `layout`'s status locations into `CMDS`: UVM commands by request number, RM
-    /// escapes by the full `_IOWR('F', nr, size)` request of each params form.
-    fn fill_cmds(&mut self, layout: &Layout) -> Result<()> {
+    /// Replaces the status locations in `CMDS` by `layout`'s: UVM commands by request
+    /// number, RM escapes by `_IOC_NR` and `_IOC_SIZE` of each params form
+    /// ([`uvmwatch_common::rm_cmd_key`]). Entries of the old layout that the new one lacks
+    /// are removed, so a command gone from a driver reads no status.
+    pub fn load_layout(&mut self, layout: &Layout) -> Result<()> {
         let mut cmds: HashMap<&mut MapData, CmdKey, CmdInfo> =
             HashMap::try_from(self.bpf.map_mut("CMDS").context("map CMDS")?)?;
-        for e in layout.uvm() {
-            if let Some(off) = e.status_offset {
-                let v = CmdInfo {
-                    status_offset: off,
-                    params_size: e.params_size,
-                };
-                cmds.insert(CmdKey { uvm: 1, cmd: e.cmd }, v, 0)?;
-            }
+        let entries = status_entries(layout);
+        // New entries first, then the stale ones out: no command loses its status between.
+        for (k, v) in &entries {
+            cmds.insert(k, v, 0)?;
         }
-        for e in layout.rm() {
-            if let Some(off) = e.status_offset {
-                let v = CmdInfo {
-                    status_offset: off,
-                    params_size: e.params_size,
-                };
-                let cmd = uvmwatch_common::rm_cmd_key(e.request());
-                cmds.insert(CmdKey { uvm: 0, cmd }, v, 0)?;
-            }
+        let stale: Vec<CmdKey> = cmds
+            .keys()
+            .filter_map(|k| k.ok())
+            .filter(|k| !entries.iter().any(|(e, _)| e == k))
+            .collect();
+        for k in stale {
+            cmds.remove(&k)?;
         }
         tracing::debug!(layout = %layout, commit = layout.commit(), "ioctl status table loaded");
         Ok(())

@@ -114,6 +114,14 @@ impl Diagnosis {
             .collect()
     }
 
+    /// The driver's version file as the facts have it (for the snapshot's ioctl layouts).
+    pub fn driver(&self) -> Result<crate::host::driver::DriverInfo, String> {
+        let f = &self.evidence.driver;
+        f.value
+            .clone()
+            .map_err(|u| format!("{}: {}", f.source, u.why))
+    }
+
     /// Takes facts the reader thread sent; `true` when they differ from the current ones.
     pub fn refresh(&mut self) -> bool {
         let mut changed = false;

@@ -8,6 +8,7 @@ use std::path::Path;
 use anyhow::Result;
 use uvmwatch_common::{counter, InflightCuinit, InflightIoctl};
 
+use crate::decode::layouts::Layout;
 use crate::kernel::{
     registry::{ProbeSpec, ProbeState},
     Kernel,
@@ -37,6 +38,8 @@ pub trait KernelSide: Send + 'static {
     fn seed_fd(&mut self, tgid: u32, fd: u32, node: u8, minor: u8, cloexec: bool) -> Result<()>;
     /// Records a driver call already in progress on `tid` when the agent started.
     fn seed_inflight_ioctl(&mut self, tid: u32, e: InflightIoctl) -> Result<()>;
+    /// Reads statuses with `layout` from now on.
+    fn load_layout(&mut self, layout: &Layout) -> Result<()>;
 }
 
 impl KernelSide for Kernel {
@@ -72,5 +75,8 @@ impl KernelSide for Kernel {
     }
     fn seed_inflight_ioctl(&mut self, tid: u32, e: InflightIoctl) -> Result<()> {
         Kernel::seed_inflight_ioctl(self, tid, e)
+    }
+    fn load_layout(&mut self, layout: &Layout) -> Result<()> {
+        Kernel::load_layout(self, layout)
     }
 }

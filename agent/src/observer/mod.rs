@@ -7,11 +7,13 @@
 //! in-flight maps for calls past their threshold ([`stall`]); a failure or stall is judged by
 //! the live diagnosis ([`diagnosis`]) before the event leaves, and its findings follow it as
 //! events of their own. It also attaches `cuInit` probes to each new libcuda (`startup.rs`),
-//! follows `nvidia_uvm` loads, and sweeps stale fd entries. What it needs of the kernel side
+//! follows `nvidia_uvm` loads and the driver's version (whose ioctl layouts the kernel side
+//! reads statuses with, [`driver`]), and sweeps stale fd entries. What it needs of the kernel side
 //! is [`KernelSide`].
 
 pub mod calls;
 pub mod diagnosis;
+pub mod driver;
 mod handlers;
 mod kernel_side;
 pub mod stall;
@@ -42,6 +44,7 @@ use crate::{
 };
 use calls::Calls;
 use diagnosis::{Diagnosis, FactsFrom};
+use driver::{DriverFrom, DriverWatch};
 pub use kernel_side::KernelSide;
 use stall::StallDetector;
 
@@ -67,6 +70,8 @@ pub struct RunConfig {
     pub diagnosis_ttl: Duration,
     /// How often the diagnosis facts are read again.
     pub evidence_refresh: Duration,
+    /// Where the driver's version (and so the ioctl layouts) comes from.
+    pub driver: DriverFrom,
 }
 
 impl RunConfig {
@@ -83,6 +88,7 @@ impl RunConfig {
             facts: Some(FactsFrom::Live { host_root: None }),
             diagnosis_ttl: Duration::from_secs(600),
             evidence_refresh: Duration::from_secs(300),
+            driver: DriverFrom::Live { host_root: None },
         }
     }
 }
@@ -108,6 +114,9 @@ pub struct Observer<K: KernelSide = Kernel> {
     calls: Calls,
     identities: Identities,
     diagnosis: Option<Diagnosis>,
+    driver: DriverWatch,
+    /// The layouts chosen before the listeners came, said at start.
+    driver_layout: Option<crate::event::DriverLayout>,
     listeners: Vec<Box<dyn Listener>>,
     /// Records that could not be decoded (an agent/eBPF mismatch).
     undecodable: u64,
@@ -121,11 +130,16 @@ impl Observer<Kernel> {
     /// Not root, the eBPF object cannot load, or the facts' snapshot cannot be opened.
     pub fn load(cfg: RunConfig) -> Result<Observer> {
         let slow = cfg.slow_ioctl.min(cfg.ioctl_stall);
+        // The facts and the driver's version first, so the programs read statuses with the
+        // running driver's layouts from their first call.
+        let (diagnosis, mut driver) = Observer::<Kernel>::sources(&cfg)?;
+        let (layout, said) = driver.check().expect("a first check reports");
         let mut kernel = Kernel::load(&KernelSettings {
             slow_ioctl_ns: slow.as_nanos() as u64,
+            layout: &layout,
         })?;
         let ring = kernel.take_events()?;
-        let mut o = Observer::over(cfg, kernel)?;
+        let mut o = Observer::assemble(cfg, kernel, diagnosis, driver, said);
         o.ring = Some(ring);
         Ok(o)
     }
@@ -170,6 +184,7 @@ impl Observer<Kernel> {
                     ticks += 1;
                     if ticks.is_multiple_of(MODULE_CHECK_EVERY) {
                         self.check_module();
+                        self.check_driver();
                     }
                 }
                 _ = sweep.tick() => self.sweep(),
@@ -209,7 +224,16 @@ impl<K: KernelSide> Observer<K> {
     ///
     /// # Errors
     /// The facts' snapshot cannot be opened.
-    pub fn over(cfg: RunConfig, kernel: K) -> Result<Observer<K>> {
+    pub fn over(cfg: RunConfig, mut kernel: K) -> Result<Observer<K>> {
+        let (diagnosis, mut driver) = Self::sources(&cfg)?;
+        let (layout, said) = driver.check().expect("a first check reports");
+        kernel.load_layout(&layout)?;
+        Ok(Self::assemble(cfg, kernel, diagnosis, driver, said))
+    }
+
+    /// The live diagnosis (its facts read once) and the watch on the driver's version (over
+    /// the facts' snapshot when the facts come from one).
+    fn sources(cfg: &RunConfig) -> Result<(Option<Diagnosis>, DriverWatch)> {
         let diagnosis = match &cfg.facts {
             Some(from) => Some(Diagnosis::start(
                 from,
@@ -218,7 +242,18 @@ impl<K: KernelSide> Observer<K> {
             )?),
             None => None,
         };
-        Ok(Observer {
+        let snapshot = diagnosis.as_ref().map(Diagnosis::driver);
+        Ok((diagnosis, DriverWatch::new(cfg.driver.clone(), snapshot)))
+    }
+
+    fn assemble(
+        cfg: RunConfig,
+        kernel: K,
+        diagnosis: Option<Diagnosis>,
+        driver: DriverWatch,
+        said: crate::event::DriverLayout,
+    ) -> Observer<K> {
+        Observer {
             detector: StallDetector::new(cfg.cuinit_stall, cfg.ioctl_stall),
             identities: Identities::new(cfg.proc_root.clone()),
             cfg,
@@ -227,9 +262,11 @@ impl<K: KernelSide> Observer<K> {
             discovery: Discovery::new(),
             calls: Calls::default(),
             diagnosis,
+            driver,
+            driver_layout: Some(said),
             listeners: Vec::new(),
             undecodable: 0,
-        })
+        }
     }
 
     /// Does the start-up work with `listeners` watching: findings from the facts, libcuda
@@ -238,6 +275,9 @@ impl<K: KernelSide> Observer<K> {
     pub fn start(&mut self, listeners: Vec<Box<dyn Listener>>, listen: &str) {
         self.listeners = listeners;
         let now = clock::monotonic_ns();
+        if let Some(said) = self.driver_layout.take() {
+            self.dispatch(Event::agent(now, Kind::DriverLayout(said)));
+        }
         if let Some(d) = self.diagnosis.as_mut() {
             let found = d.static_findings(now);
             let active = d.active(now);
@@ -382,6 +422,22 @@ impl<K: KernelSide> Observer<K> {
             ));
             self.probes_changed();
         }
+    }
+
+    /// Loads the layouts of a driver whose version changed (a reload), and says so. A
+    /// layout that cannot be loaded is said as an error; the old one stays.
+    fn check_driver(&mut self) {
+        let Some((layout, said)) = self.driver.check() else {
+            return;
+        };
+        if let Err(e) = self.kernel().load_layout(&layout) {
+            tracing::error!("loading the ioctl layouts of {layout}: {e:#}");
+            return;
+        }
+        self.dispatch(Event::agent(
+            clock::monotonic_ns(),
+            Kind::DriverLayout(said),
+        ));
     }
 
     fn sweep(&mut self) {

@@ -17,7 +17,7 @@ use uvmwatch_common::{
     IOCTL_FAILED, IOCTL_IN_CUINIT, OPEN_IN_CUINIT, OPEN_LIBCUDA,
 };
 
-use super::{diagnosis::FactsFrom, KernelSide, Observer, RunConfig};
+use super::{diagnosis::FactsFrom, driver::DriverFrom, KernelSide, Observer, RunConfig};
 use crate::{
     clock,
     decode::record::Record,
@@ -37,6 +37,8 @@ struct FakeKernel {
     attached: Vec<PathBuf>,
     forgotten: Vec<u32>,
     drops: u64,
+    /// The layouts loaded, by tag.
+    layouts: Vec<String>,
 }
 
 impl KernelSide for FakeKernel {
@@ -91,6 +93,10 @@ impl KernelSide for FakeKernel {
         self.ioctls.push((tid, e));
         Ok(())
     }
+    fn load_layout(&mut self, layout: &crate::decode::layouts::Layout) -> Result<()> {
+        self.layouts.push(layout.tag().to_string());
+        Ok(())
+    }
 }
 
 /// Keeps every event it gets.
@@ -143,6 +149,7 @@ fn observer(proc_root: &Path) -> (Observer<FakeKernel>, Recording) {
         proc_root: proc_root.to_path_buf(),
         proc_scan: false,
         facts: Some(FactsFrom::Snapshot(incident_host())),
+        driver: DriverFrom::Snapshot,
         ..RunConfig::new()
     };
     let mut o = Observer::over(cfg, FakeKernel::default()).unwrap();
@@ -282,6 +289,38 @@ fn a_failed_cuinit_carries_what_it_did_and_its_diagnosis_then_its_findings() {
         panic!()
     };
     assert!(a.active.iter().any(|(r, _)| r == "hmm_setup_failure"));
+}
+
+/// The kernel side reads statuses with the layouts of the facts' driver (the incident host
+/// runs 590.48.01) before any record, and the start says which, before `started`.
+#[test]
+fn the_snapshots_driver_layouts_are_loaded_and_said_at_start() {
+    let root = fake_proc();
+    let cfg = RunConfig {
+        proc_root: root.path().to_path_buf(),
+        proc_scan: false,
+        facts: Some(FactsFrom::Snapshot(incident_host())),
+        driver: DriverFrom::Snapshot,
+        ..RunConfig::new()
+    };
+    let mut o = Observer::over(cfg, FakeKernel::default()).unwrap();
+    assert_eq!(o.kernel().layouts, ["590.48.01"]);
+    let rec = Recording::default();
+    o.start(vec![Box::new(rec.clone())], "none");
+    let evs = rec.take();
+    let said = evs
+        .iter()
+        .position(|e| matches!(&e.kind, Kind::DriverLayout(d) if d.driver.as_deref() == Some("590.48.01") && d.selection == "exact"))
+        .expect("driver layout said");
+    let started = evs
+        .iter()
+        .position(|e| matches!(e.kind, Kind::Started(_)))
+        .unwrap();
+    assert!(said < started);
+    // Said once: a check with the same version says nothing and loads nothing.
+    o.check_driver();
+    assert!(rec.take().is_empty());
+    assert_eq!(o.kernel().layouts.len(), 1);
 }
 
 /// The end of a real failing cuInit (driver 535, `shared/reference/nvidia-uvm.md`): the

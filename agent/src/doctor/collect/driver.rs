@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use super::super::facts::{DriverInfo, Fact};
 use super::super::root::Root;
 use super::{parse_fact, read_fact, why_unreadable, FactExt};
+use crate::host::driver::parse_driver_version;
 
-/// `/proc/driver/nvidia/version` (nvidia module, `nv-procfs.c`).
-pub const DRIVER_VERSION_PATH: &str = "/proc/driver/nvidia/version";
+pub use crate::host::driver::VERSION_PATH as DRIVER_VERSION_PATH;
 
 /// `/proc/driver/nvidia/params` (nvidia module parameters as `Key: value`).
 pub const DRIVER_PARAMS_PATH: &str = "/proc/driver/nvidia/params";
@@ -58,34 +58,6 @@ pub(super) fn collect_uvm_params(root: &Root) -> Fact<BTreeMap<String, String>> 
     Fact::ok(params, UVM_PARAMS_DIR)
 }
 
-/// Parses the first line of `/proc/driver/nvidia/version`:
-/// `NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  590.48.01  Release Build  (...)`
-/// (open module) or `NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  <date>`
-/// (proprietary). The version is the first word made of digits and dots with at least one
-/// dot.
-///
-/// Errors: the first line does not start with `NVRM version:` or has no version.
-pub fn parse_driver_version(text: &str) -> Result<DriverInfo, String> {
-    let line = text.lines().next().unwrap_or("").trim_end();
-    if !line.starts_with("NVRM version:") {
-        return Err(format!("first line is not `NVRM version: ...`: {line:?}"));
-    }
-    let version = line
-        .split_whitespace()
-        .find(|w| {
-            w.starts_with(|c: char| c.is_ascii_digit())
-                && w.contains('.')
-                && !w.ends_with('.')
-                && w.chars().all(|c| c.is_ascii_digit() || c == '.')
-        })
-        .ok_or_else(|| format!("no version number in {line:?}"))?;
-    Ok(DriverInfo {
-        version: version.to_string(),
-        open_module: line.contains("Open Kernel Module"),
-        line: line.to_string(),
-    })
-}
-
 /// Parses `Key: value` lines (`/proc/driver/nvidia/params`): key and value trimmed, value
 /// kept as printed (quotes included, may be empty). Lines without `:` are skipped.
 pub fn parse_key_values(text: &str) -> BTreeMap<String, String> {
@@ -101,35 +73,6 @@ pub fn parse_key_values(text: &str) -> BTreeMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn driver_version_lines() {
-        let open = parse_driver_version(
-            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  590.48.01  Release Build  (dvs-builder@U16-I3-B03-4-3)  Tue Dec  2 01:12:40 UTC 2025\nGCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04) \n",
-        )
-        .unwrap();
-        assert_eq!(open.version, "590.48.01");
-        assert!(open.open_module);
-        assert!(open.line.starts_with("NVRM version: NVIDIA UNIX Open"));
-        assert!(!open.line.contains("GCC"));
-
-        let prop = parse_driver_version(
-            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun May 12 19:39:15 UTC 2024\n",
-        )
-        .unwrap();
-        assert_eq!(prop.version, "535.183.01");
-        assert!(!prop.open_module);
-
-        let arm = parse_driver_version(
-            "NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  570.124.06  Release Build  (dvs-builder@U16-T02-35-3)  Wed Feb 26 01:38:54 UTC 2025",
-        )
-        .unwrap();
-        assert_eq!(arm.version, "570.124.06");
-
-        assert!(parse_driver_version("").is_err());
-        assert!(parse_driver_version("GCC version: 12").is_err());
-        assert!(parse_driver_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module").is_err());
-    }
 
     #[test]
     fn driver_params_key_values() {

@@ -243,6 +243,29 @@ impl crate::event::Listener for LogListener {
                     }
                 }
             }
+            Kind::DriverLayout(d) => {
+                let driver = d.driver.as_deref().unwrap_or("unknown");
+                match d.selection {
+                    "nearest" => tracing::warn!(
+                        target: TARGET,
+                        event = "driver_layout",
+                        driver_version = driver,
+                        layout = %d.layout,
+                        selection = d.selection,
+                        source = %d.source,
+                        "driver version not in the layout table: statuses read with the layouts of the nearest known release"
+                    ),
+                    _ => tracing::info!(
+                        target: TARGET,
+                        event = "driver_layout",
+                        driver_version = driver,
+                        layout = %d.layout,
+                        selection = d.selection,
+                        source = %d.source,
+                        "ioctl statuses read with the layouts of this driver release"
+                    ),
+                }
+            }
             Kind::EvidenceChanged => tracing::debug!(
                 target: TARGET,
                 event = "evidence_changed",

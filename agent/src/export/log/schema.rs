@@ -91,6 +91,26 @@ const PATH: Field = f("path", "file path");
 const ERROR: Field = f("error", "what went wrong");
 
 /// Every record kind, grouped by the data path: calls, stalls, processes, diagnosis, agent.
+/// The fields of both `driver_layout` records.
+const DRIVER_LAYOUT: [Field; 4] = [
+    f(
+        "driver_version",
+        "the running driver's version (`/proc/driver/nvidia/version`), or `unknown`",
+    ),
+    f(
+        "layout",
+        "the driver release whose ioctl params layouts are used (docs/compatibility.md)",
+    ),
+    f(
+        "selection",
+        "`exact` (the driver's own), `nearest` (a version the table does not know), `newest` (no version known)",
+    ),
+    f(
+        "source",
+        "where the version came from (a path, `--driver-version`, the snapshot), or why it is not known",
+    ),
+];
+
 pub const RECORDS: &[Record] = &[
     Record {
         event: "cuinit_start",
@@ -413,6 +433,18 @@ pub const RECORDS: &[Record] = &[
         level: "INFO",
         message: "kprobes on the module's functions detached",
         fields: &[f("module", "nvidia_uvm")],
+    },
+    Record {
+        event: "driver_layout",
+        level: "INFO",
+        message: "ioctl statuses read with the layouts of this driver release",
+        fields: &DRIVER_LAYOUT,
+    },
+    Record {
+        event: "driver_layout",
+        level: "WARN",
+        message: "driver version not in the layout table: statuses read with the layouts of the nearest known release",
+        fields: &DRIVER_LAYOUT,
     },
     Record {
         event: "evidence_changed",

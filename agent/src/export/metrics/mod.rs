@@ -57,6 +57,8 @@ pub struct Metrics {
     pub libcuda_targets: IntGauge,
     /// `uvmwatch_diagnosis{rule,severity}`.
     pub diagnosis: IntGaugeVec,
+    /// `uvmwatch_ioctl_layout_info{driver_version,layout,selection}`.
+    pub ioctl_layout: IntGaugeVec,
     /// Records lost in user space (undecodable); added to the kernel's drops.
     pub user_drops: IntCounter,
     /// Whether `uvmwatch_cuinit_calls_total` and `uvmwatch_stalls_total` carry the opt-in
@@ -71,6 +73,7 @@ pub const WORKLOAD_LABELS: [&str; 3] = ["engine", "namespace", "pod"];
 /// The metrics reference in `docs/metrics.md` is checked against this list by a test.
 pub const FAMILIES: &[(&str, &str, &str)] = &[
     ("uvmwatch_build_info", "gauge", "Always 1; labels carry the agent version and kernel release."),
+    ("uvmwatch_ioctl_layout_info", "gauge", "Always 1, one series: the running driver's version (unknown when none is loaded or readable), the driver release whose ioctl params layouts statuses are read with, and how it was chosen (exact, nearest for a version the table does not know, newest when no version is known). docs/compatibility.md lists the releases."),
     ("uvmwatch_cuinit_calls_total", "counter", "cuInit calls that ended, by result (CUresult name from cuda.h, or thread_exited when the calling thread died inside the call)."),
     ("uvmwatch_cuinit_duration_seconds", "histogram", "Time from cuInit entry to return, seconds."),
     ("uvmwatch_cuinit_in_flight", "gauge", "cuInit calls currently running."),
@@ -80,7 +83,7 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     ("uvmwatch_driver_ioctl_duration_seconds", "histogram", "Ioctl latency on NVIDIA device nodes, seconds, aggregated in the kernel in log2 buckets."),
     ("uvmwatch_kernel_function_calls_total", "counter", "Calls of kprobed kernel and nvidia_uvm functions (HMM set-up, GPU registration, HMM faults, GPU fault batches; docs/probes.md), by function and result (NV_STATUS name, errno name, or OK). Only where the kernel has kprobes; request_free_mem_region and memremap_pages only inside UVM ioctls."),
     ("uvmwatch_kernel_function_duration_seconds", "histogram", "Latency of kprobed kernel and nvidia_uvm functions, seconds, aggregated in the kernel in log2 buckets."),
-    ("uvmwatch_device_opens_total", "counter", "openat() of NVIDIA device nodes, by node and result (success or errno name)."),
+    ("uvmwatch_device_opens_total", "counter", "Opens (open, openat, openat2) of NVIDIA device nodes, by node and result (success or errno name)."),
     ("uvmwatch_events_dropped_total", "counter", "Event records lost: ring buffer full in the kernel, or undecodable in user space."),
     ("uvmwatch_kernel_map_full_total", "counter", "Calls or fds that could not be tracked because a kernel map was full, by map."),
     ("uvmwatch_tracked_fds", "gauge", "Open NVIDIA device fds the kernel side is tracking."),
@@ -92,6 +95,7 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
 /// Labels of each family, for the reference page.
 const FAMILY_LABELS: &[(&str, &str)] = &[
     ("uvmwatch_build_info", "version, kernel"),
+    ("uvmwatch_ioctl_layout_info", "driver_version, layout, selection"),
     (
         "uvmwatch_cuinit_calls_total",
         "result (+ engine, namespace, pod with --workload-labels)",
@@ -124,7 +128,7 @@ pub fn reference_markdown() -> String {
          Generated from `agent/src/export/metrics/mod.rs` by `uvmwatch metrics-doc`; a test keeps this file \
          equal to the output. Served on `/metrics` (Prometheus text format 0.0.4).\n\n\
          Label values are bounded: node names (`nvidiactl`, `nvidia<N>`, `nvidia-uvm`, \
-         `nvidia-uvm-tools`), ioctl names from the driver headers (`unknown` for others), \
+         `nvidia-uvm-tools`, and `invalid_fd` for a call on a negative fd), ioctl names from the driver headers (`unknown` for others), \
          `NV_STATUS` names from `nvstatuscodes.h`, Linux errno names, `CUresult` names from \
          `cuda.h`. There are no pid labels.\n\n\
          | metric | type | labels | meaning |\n|---|---|---|---|\n",
@@ -226,6 +230,13 @@ impl Metrics {
         build
             .with_label_values(&[env!("CARGO_PKG_VERSION"), &kernel_release()])
             .set(1);
+        let ioctl_layout = IntGaugeVec::new(
+            Opts::new(
+                "uvmwatch_ioctl_layout_info",
+                help("uvmwatch_ioctl_layout_info"),
+            ),
+            &["driver_version", "layout", "selection"],
+        )?;
         // The call label always has its cuInit series, so dashboards never see "no data".
         if !workload_labels {
             cuinit_calls.with_label_values(&["CUDA_SUCCESS"]);
@@ -241,6 +252,7 @@ impl Metrics {
             Box::new(probe_attached.clone()),
             Box::new(libcuda_targets.clone()),
             Box::new(diagnosis.clone()),
+            Box::new(ioctl_layout.clone()),
             Box::new(build),
         ] {
             registry.register(c)?;
@@ -256,6 +268,7 @@ impl Metrics {
             probe_attached,
             libcuda_targets,
             diagnosis,
+            ioctl_layout,
             user_drops,
             workload_labels,
         })
@@ -371,6 +384,16 @@ impl Listener for MetricsListener {
                     *n -= 1;
                 }
                 self.set_stalled();
+            }
+            Kind::DriverLayout(d) => {
+                m.ioctl_layout.reset();
+                m.ioctl_layout
+                    .with_label_values(&[
+                        d.driver.as_deref().unwrap_or("unknown"),
+                        d.layout.as_str(),
+                        d.selection,
+                    ])
+                    .set(1);
             }
             Kind::ProbesChanged {
                 probes,
