@@ -201,6 +201,7 @@ fn exposition(text: &str) -> Vec<String> {
 /// Event kinds each run must show (the others can depend on timing, such as the fd sweep).
 const REQUIRED: &[&str] = &[
     "started",
+    "driver_layout",
     "libcuda_attached",
     "cuinit_start",
     "cuinit_end",

@@ -38,8 +38,8 @@ pub const REPLAY_FILES: &[(&str, &str)] = &[
         include_str!("../replays/535.104.05-h100-cumemory.replay"),
     ),
     (
-        "545.29.06-gtx1650ti-cuinit",
-        include_str!("../replays/545.29.06-gtx1650ti-cuinit.replay"),
+        "545.29.06-gtx1650ti-primer",
+        include_str!("../replays/545.29.06-gtx1650ti-primer.replay"),
     ),
     (
         "555.42.02-gtx1080ti-fragment",

@@ -3,15 +3,23 @@
 # initialises CUDA, and keep what it saw. Written by `cargo xtask device-check`.
 #
 # Usage (as root): bash target/device-check/run.sh
-# Results: six flat files in $OUT (default ./device-check-out):
-#   host.txt      kernel, driver, nvidia_uvm parameters, nvidia-smi -q (first 100 lines), tools
-#   probes.txt    `uvmwatch probes`
-#   agent.log     the agent's JSON log
-#   workload.txt  the PyTorch runs (default environment, then CUDA_VISIBLE_DEVICES unset)
-#   metrics.txt   /metrics after the runs
-#   summary.txt   every step with its exit status and duration
-# Every step has a timeout; a missing tool is written down, never fatal. About 1-2 minutes
-# normally, under 5 at worst.
+# Results: flat files in $OUT (default ./device-check-out):
+#   host.txt             kernel, driver, nvidia_uvm parameters, nvidia-smi -q (first 100 lines), tools
+#   probes.txt           `uvmwatch probes` (its first line: the driver and the ioctl layouts chosen)
+#   workload-bare.txt    the PyTorch workload 3 times without any agent (the baseline)
+#   agent.log            the agent's JSON log
+#   workload.txt         the same workload 3 times under `uvmwatch run`, then once with
+#                        CUDA_VISIBLE_DEVICES unset
+#   metrics.txt          /metrics after those runs
+#   capture.json         `uvmwatch capture` (Chrome JSON) of one more run: every driver call of it
+#   capture.log          the capture's own log
+#   ioctls.txt           from capture.json: every driver call by name, node and result, and the
+#                        ones the agent could not name
+#   overhead.txt         torch.cuda.init() and matmul times without and with the agent, medians
+#                        and ratios
+#   summary.txt          every step with its exit status and duration, then a quick look
+# Every step has a timeout; a missing tool is written down, never fatal. About 2-3 minutes
+# normally, under 6 at worst.
 set -u
 
 OUT="${OUT:-$PWD/device-check-out}"
@@ -98,6 +106,41 @@ step host-info 60 bash -c host_info >"$OUT/host.txt" 2>&1
 
 step probes 60 ./uvmwatch probes >"$OUT/probes.txt" 2>&1
 
+WORKLOAD='
+import json, os, time
+t0 = time.perf_counter()
+import torch
+t1 = time.perf_counter()
+torch.cuda.init()
+torch.cuda.synchronize()
+t2 = time.perf_counter()
+x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+y = x @ x
+torch.cuda.synchronize()
+t3 = time.perf_counter()
+for _ in range(20):
+    y = x @ x
+torch.cuda.synchronize()
+t4 = time.perf_counter()
+print(json.dumps({"pid": os.getpid(), "torch": torch.__version__, "cuda": torch.version.cuda,
+    "device": torch.cuda.get_device_name(0), "count": torch.cuda.device_count(),
+    "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"),
+    "import_s": t1 - t0, "cuda_init_s": t2 - t1, "first_matmul_s": t3 - t2,
+    "matmul_20_s": t4 - t3, "norm": float(y.float().norm().item())}), flush=True)
+'
+# runs N LABEL: the workload N times, one JSON line each (prefixed with LABEL).
+runs() {
+    local n=$1 label=$2 i
+    for i in $(seq 1 "$n"); do
+        echo "== $label run $i"
+        step "$label-$i" 120 python3 -c "$WORKLOAD"
+    done
+}
+
+# 1. The baseline: no agent at all.
+runs 3 bare >"$OUT/workload-bare.txt" 2>&1
+
+# 2. Under the agent.
 ./uvmwatch run --listen "$LISTEN" --log-format json >"$OUT/agent.log" 2>&1 &
 AGENT=$!
 note "agent started: pid $AGENT"
@@ -114,29 +157,10 @@ for _ in $(seq 1 120); do
     sleep 0.5
 done
 note "agent healthy: $healthy"
-
-WORKLOAD='
-import os, time
-t0 = time.time()
-import torch
-t1 = time.time()
-print("torch", torch.__version__, "cuda", torch.version.cuda, "pid", os.getpid(),
-      "CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"), flush=True)
-torch.cuda.init()
-t2 = time.time()
-print("device", torch.cuda.get_device_name(0), "count", torch.cuda.device_count(), flush=True)
-x = torch.randn(4096, 4096, device="cuda")
-y = x @ x
-torch.cuda.synchronize()
-t3 = time.time()
-print(f"import {t1-t0:.2f}s cuda.init {t2-t1:.2f}s matmul+sync {t3-t2:.2f}s "
-      f"y.norm {y.norm().item():.1f}", flush=True)
-'
 {
-    echo "== run 1: default environment"
-    step workload-1 90 python3 -c "$WORKLOAD"
-    echo "== run 2: CUDA_VISIBLE_DEVICES unset"
-    step workload-2 90 env -u CUDA_VISIBLE_DEVICES python3 -c "$WORKLOAD"
+    runs 3 agent
+    echo "== CUDA_VISIBLE_DEVICES unset"
+    step workload-unset 120 env -u CUDA_VISIBLE_DEVICES python3 -c "$WORKLOAD"
 } >"$OUT/workload.txt" 2>&1
 
 sleep 2
@@ -153,7 +177,78 @@ fi
 wait "$AGENT"
 note "agent exit status: $?"
 
+# 3. A capture of one more run with every driver call in it (--slow-ioctl 0s: every call
+# counts as slow, so calls outside cuInit are kept too).
+./uvmwatch --log-format json capture --comm python3 --slow-ioctl 0s --format chrome-json \
+    -o "$OUT/capture.json" --duration 100s >"$OUT/capture.log" 2>&1 &
+CAPTURE=$!
+for _ in $(seq 1 60); do grep -q '"event":"started"' "$OUT/capture.log" 2>/dev/null && break; sleep 0.5; done
+runs 1 capture >>"$OUT/workload.txt" 2>&1
+kill -INT "$CAPTURE" 2>/dev/null
+wait "$CAPTURE"
+note "capture exit status: $?"
+
+summarise() {
+    python3 - "$OUT" <<'PY'
+import json, statistics, sys, collections
+out = sys.argv[1]
+def runs(name):
+    rows = []
+    for line in open(f"{out}/{name}", errors="replace"):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                pass
+    return rows
+with open(f"{out}/overhead.txt", "w") as f:
+    bare, agent = runs("workload-bare.txt"), runs("workload.txt")
+    agent = [r for r in agent if r.get("CUDA_VISIBLE_DEVICES") != "<unset>"]
+    f.write(f"runs: {len(bare)} without the agent, {len(agent)} with it (the last is the captured run)\n")
+    for key in ("cuda_init_s", "first_matmul_s", "matmul_20_s"):
+        b = [r[key] for r in bare]
+        a = [r[key] for r in agent]
+        if b and a:
+            mb, ma = statistics.median(b), statistics.median(a)
+            f.write(f"{key:15} without {mb:.4f}s  with {ma:.4f}s  ratio {ma / mb:.3f}  "
+                    f"(without: {', '.join(f'{x:.4f}' for x in b)}; with: {', '.join(f'{x:.4f}' for x in a)})\n")
+        else:
+            f.write(f"{key:15} missing runs\n")
+with open(f"{out}/ioctls.txt", "w") as f:
+    try:
+        events = json.load(open(f"{out}/capture.json"))["traceEvents"]
+    except Exception as e:
+        f.write(f"capture.json unreadable: {e}\n")
+        sys.exit(0)
+    calls = collections.Counter()
+    unnamed = collections.Counter()
+    for e in events:
+        a = e.get("args") or {}
+        if e.get("ph") != "X" or e.get("cat") != "ioctl":
+            continue
+        key = (e["name"], a.get("node"), a.get("result"))
+        calls[key] += 1
+        if e["name"].startswith("0x"):
+            unnamed[(e["name"], a.get("node"))] += 1
+    f.write(f"{sum(calls.values())} driver calls in the capture, {len(calls)} kinds\n")
+    f.write(f"not named by the agent: {sum(unnamed.values())} calls, {len(unnamed)} kinds\n")
+    for (name, node), n in sorted(unnamed.items()):
+        f.write(f"  UNNAMED {name} on {node}: {n}\n")
+    f.write("by name, node and result:\n")
+    for (name, node, result), n in sorted(calls.items(), key=lambda kv: -kv[1]):
+        f.write(f"  {n:6}  {name} on {node}: {result}\n")
+PY
+}
+export OUT
+export -f summarise
+step summarise 60 bash -c summarise
+
 note "-- quick look"
+note "driver and layouts: $(head -1 "$OUT/probes.txt" 2>/dev/null)"
+note "layout metric: $(grep -E '^uvmwatch_ioctl_layout_info' "$OUT/metrics.txt" 2>/dev/null)"
+note "$(grep -E '^not named' "$OUT/ioctls.txt" 2>/dev/null)"
+while IFS= read -r l; do note "overhead: $l"; done < <(grep -E 'ratio|missing' "$OUT/overhead.txt" 2>/dev/null)
 note "cuInit results: $(grep -E '^uvmwatch_cuinit_calls_total' "$OUT/metrics.txt" 2>/dev/null | tr '\n' ' ')"
 note "libcuda targets: $(grep -E '^uvmwatch_libcuda_targets' "$OUT/metrics.txt" 2>/dev/null)"
 note "probes not attached: $(grep -E '^uvmwatch_probe_attached.* 0$' "$OUT/metrics.txt" 2>/dev/null | wc -l)"

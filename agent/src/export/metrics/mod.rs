@@ -95,7 +95,10 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
 /// Labels of each family, for the reference page.
 const FAMILY_LABELS: &[(&str, &str)] = &[
     ("uvmwatch_build_info", "version, kernel"),
-    ("uvmwatch_ioctl_layout_info", "driver_version, layout, selection"),
+    (
+        "uvmwatch_ioctl_layout_info",
+        "driver_version, layout, selection",
+    ),
     (
         "uvmwatch_cuinit_calls_total",
         "result (+ engine, namespace, pod with --workload-labels)",
