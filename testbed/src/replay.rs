@@ -23,7 +23,7 @@ pub mod run;
 
 pub use run::{
     parse_server_log, parse_trace, Call, Expected, IoctlLayout, PlannedIoctl, ReplayRun,
-    ServerCall, ServerLogEntry, Target,
+    ServerCall, ServerLogEntry, Target, CUINIT_LAYOUT,
 };
 
 /// Every replay file of `testbed/replays/`, by name (the file stem), embedded so that any

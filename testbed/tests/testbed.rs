@@ -475,18 +475,7 @@ fn open_fds_resolve_to_the_real_device_paths() {
 
 use uvmwatch_testbed::replay::{self as rp, Call, ServerCall, Target};
 
-/// Layouts of the requests in the replays (sizes and `rmStatus` offsets, the same for these
-/// commands in 535..590): what the agent's per-version table gives.
-const LAYOUT: &[(u32, u32, Option<u32>)] = &[
-    (nv::UVM_INITIALIZE, 16, Some(8)),
-    (nv::UVM_MM_INITIALIZE, 8, Some(4)),
-    (nv::UVM_PAGEABLE_MEM_ACCESS, 8, Some(4)),
-    (nv::UVM_REGISTER_GPU, 40, Some(36)),
-    (nv::UVM_CREATE_RANGE_GROUP, 16, Some(8)),
-    (nv::NV_ESC_RM_CONTROL, 32, Some(28)),
-    (nv::NV_ESC_RM_ALLOC, 48, Some(40)),
-    (nv::NV_ESC_RM_FREE, 16, Some(12)),
-];
+use uvmwatch_testbed::replay::CUINIT_LAYOUT as LAYOUT;
 
 fn replay_run(name: &str) -> ReplayRun {
     ReplayRun::new(Replay::load(name).unwrap(), LAYOUT).unwrap()

@@ -33,6 +33,21 @@ pub const UVM_NODE: &str = "/dev/nvidia-uvm";
 /// Byte the fake library fills every params buffer with before planting the status.
 pub const PARAMS_FILL: u8 = 0xEE;
 
+/// A layout table for the commands of the short replays (`cuInit` up to
+/// `UVM_CREATE_RANGE_GROUP`): their params sizes and status offsets, the same in every
+/// driver from 535 to 595 (`agent/src/decode/layouts/nvidia-layouts.tsv`). For the testbed's
+/// own tests; the agent's tests pass the agent's table of the version they check.
+pub const CUINIT_LAYOUT: &[(u32, u32, Option<u32>)] = &[
+    (crate::nv::UVM_INITIALIZE, 16, Some(8)),
+    (crate::nv::UVM_MM_INITIALIZE, 8, Some(4)),
+    (crate::nv::UVM_PAGEABLE_MEM_ACCESS, 8, Some(4)),
+    (crate::nv::UVM_REGISTER_GPU, 40, Some(36)),
+    (crate::nv::UVM_CREATE_RANGE_GROUP, 16, Some(8)),
+    (crate::nv::NV_ESC_RM_CONTROL, 32, Some(28)),
+    (crate::nv::NV_ESC_RM_ALLOC, 48, Some(40)),
+    (crate::nv::NV_ESC_RM_FREE, 16, Some(12)),
+];
+
 /// One row of a layout table: a request, the size of its params struct and the offset of
 /// its `rmStatus` (`None`: it has none), for one driver version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,18 +5,7 @@ use crate::nv;
 use crate::rules::{IoctlAction, IoctlRule, OpenDenial};
 use crate::workload::Scenario;
 
-/// Layouts for the requests of the replays here (struct sizes and `rmStatus` offsets of
-/// 535..590, the same for these commands; see the reference's table).
-const LAYOUT: &[(u32, u32, Option<u32>)] = &[
-    (nv::UVM_INITIALIZE, 16, Some(8)),
-    (nv::UVM_MM_INITIALIZE, 8, Some(4)),
-    (nv::UVM_PAGEABLE_MEM_ACCESS, 8, Some(4)),
-    (nv::UVM_REGISTER_GPU, 40, Some(36)),
-    (nv::UVM_CREATE_RANGE_GROUP, 16, Some(8)),
-    (nv::NV_ESC_RM_CONTROL, 32, Some(28)),
-    (nv::NV_ESC_RM_ALLOC, 48, Some(40)),
-    (nv::NV_ESC_RM_FREE, 16, Some(12)),
-];
+use super::run::CUINIT_LAYOUT as LAYOUT;
 
 const HEADER: &str = "source https://example.org/capture strace of x\n\
                       driver 535.104.05\n\
