@@ -6,18 +6,16 @@
 # Results: flat files in $OUT (default ./device-check-out):
 #   host.txt             kernel, driver, nvidia_uvm parameters, nvidia-smi -q (first 100 lines), tools
 #   probes.txt           `uvmwatch probes` (its first line: the driver and the ioctl layouts chosen)
-#   workload-bare.txt    the PyTorch workload 3 times without any agent (the baseline)
-#   agent.log            the agent's JSON log
-#   workload.txt         the same workload 3 times under `uvmwatch run`, then once with
-#                        CUDA_VISIBLE_DEVICES unset
-#   metrics.txt          /metrics after those runs
-#   capture.json         `uvmwatch capture` (Chrome JSON) of one more run: every driver call of it
-#   capture.log          the capture's own log
-#   ioctls.txt           from capture.json: every driver call by name, node and result, and the
-#                        ones the agent could not name
-#   overhead.txt         torch.cuda.init() and matmul times without and with the agent, medians
-#                        and ratios
+#   workload.txt         the PyTorch workload: 3 runs without any agent (the baseline), 3 under
+#                        `uvmwatch run`, one with CUDA_VISIBLE_DEVICES unset, one captured
+#   agent.log            the agent's JSON log, then the capture's
+#   metrics.txt          /metrics after the runs under the agent
+#   capture.json         `uvmwatch capture` (Chrome JSON) of the last run: every driver call of it
+#   report.txt           torch.cuda.init() and matmul times without and with the agent (medians,
+#                        ratios), then every driver call of the capture by name, node and result,
+#                        the ones the agent could not name first
 #   summary.txt          every step with its exit status and duration, then a quick look
+# (8 files: what the device tool brings back.)
 # Every step has a timeout; a missing tool is written down, never fatal. About 2-3 minutes
 # normally, under 6 at worst.
 set -u
@@ -138,7 +136,7 @@ runs() {
 }
 
 # 1. The baseline: no agent at all.
-runs 3 bare >"$OUT/workload-bare.txt" 2>&1
+runs 3 bare >"$OUT/workload.txt" 2>&1
 
 # 2. Under the agent.
 ./uvmwatch run --listen "$LISTEN" --log-format json >"$OUT/agent.log" 2>&1 &
@@ -159,9 +157,9 @@ done
 note "agent healthy: $healthy"
 {
     runs 3 agent
-    echo "== CUDA_VISIBLE_DEVICES unset"
+    echo "== unset run 1 (CUDA_VISIBLE_DEVICES unset)"
     step workload-unset 120 env -u CUDA_VISIBLE_DEVICES python3 -c "$WORKLOAD"
-} >"$OUT/workload.txt" 2>&1
+} >>"$OUT/workload.txt" 2>&1
 
 sleep 2
 step metrics 15 "${FETCH[@]}" "http://$LISTEN/metrics" >"$OUT/metrics.txt" 2>&1
@@ -179,43 +177,51 @@ note "agent exit status: $?"
 
 # 3. A capture of one more run with every driver call in it (--slow-ioctl 0s: every call
 # counts as slow, so calls outside cuInit are kept too).
+CAPLOG=$(mktemp)
 ./uvmwatch --log-format json capture --comm python3 --slow-ioctl 0s --format chrome-json \
-    -o "$OUT/capture.json" --duration 100s >"$OUT/capture.log" 2>&1 &
+    -o "$OUT/capture.json" --duration 100s >"$CAPLOG" 2>&1 &
 CAPTURE=$!
-for _ in $(seq 1 60); do grep -q '"event":"started"' "$OUT/capture.log" 2>/dev/null && break; sleep 0.5; done
+for _ in $(seq 1 60); do grep -q '"event":"started"' "$CAPLOG" 2>/dev/null && break; sleep 0.5; done
 runs 1 capture >>"$OUT/workload.txt" 2>&1
 kill -INT "$CAPTURE" 2>/dev/null
 wait "$CAPTURE"
 note "capture exit status: $?"
+{ echo "== uvmwatch capture's log"; cat "$CAPLOG"; } >>"$OUT/agent.log"
+rm -f "$CAPLOG"
 
 summarise() {
     python3 - "$OUT" <<'PY'
 import json, statistics, sys, collections
 out = sys.argv[1]
-def runs(name):
-    rows = []
-    for line in open(f"{out}/{name}", errors="replace"):
+def runs():
+    # One JSON line per run, under its "== <label> run <n>" header.
+    rows, label = [], None
+    for line in open(f"{out}/workload.txt", errors="replace"):
         line = line.strip()
-        if line.startswith("{"):
+        if line.startswith("== "):
+            label = line.split()[1]
+        elif line.startswith("{"):
             try:
-                rows.append(json.loads(line))
+                rows.append((label, json.loads(line)))
             except ValueError:
                 pass
     return rows
-with open(f"{out}/overhead.txt", "w") as f:
-    bare, agent = runs("workload-bare.txt"), runs("workload.txt")
-    agent = [r for r in agent if r.get("CUDA_VISIBLE_DEVICES") != "<unset>"]
-    f.write(f"runs: {len(bare)} without the agent, {len(agent)} with it (the last is the captured run)\n")
+report = open(f"{out}/report.txt", "w")
+with report as f:
+    rows = runs()
+    bare = [r for l, r in rows if l == "bare"]
+    agent = [r for l, r in rows if l in ("agent", "capture")]
+    f.write(f"runs: {len(bare)} without the agent, {len(agent)} with it (the captured run counts as with)\n")
     for key in ("cuda_init_s", "first_matmul_s", "matmul_20_s"):
-        b = [r[key] for r in bare]
-        a = [r[key] for r in agent]
+        b = [r[key] for r in bare if key in r]
+        a = [r[key] for r in agent if key in r]
         if b and a:
             mb, ma = statistics.median(b), statistics.median(a)
             f.write(f"{key:15} without {mb:.4f}s  with {ma:.4f}s  ratio {ma / mb:.3f}  "
                     f"(without: {', '.join(f'{x:.4f}' for x in b)}; with: {', '.join(f'{x:.4f}' for x in a)})\n")
         else:
             f.write(f"{key:15} missing runs\n")
-with open(f"{out}/ioctls.txt", "w") as f:
+with open(f"{out}/report.txt", "a") as f:
     try:
         events = json.load(open(f"{out}/capture.json"))["traceEvents"]
     except Exception as e:
@@ -247,8 +253,8 @@ step summarise 60 bash -c summarise
 note "-- quick look"
 note "driver and layouts: $(head -1 "$OUT/probes.txt" 2>/dev/null)"
 note "layout metric: $(grep -E '^uvmwatch_ioctl_layout_info' "$OUT/metrics.txt" 2>/dev/null)"
-note "$(grep -E '^not named' "$OUT/ioctls.txt" 2>/dev/null)"
-while IFS= read -r l; do note "overhead: $l"; done < <(grep -E 'ratio|missing' "$OUT/overhead.txt" 2>/dev/null)
+note "$(grep -E '^not named' "$OUT/report.txt" 2>/dev/null)"
+while IFS= read -r l; do note "overhead: $l"; done < <(grep -E 'ratio|missing' "$OUT/report.txt" 2>/dev/null)
 note "cuInit results: $(grep -E '^uvmwatch_cuinit_calls_total' "$OUT/metrics.txt" 2>/dev/null | tr '\n' ' ')"
 note "libcuda targets: $(grep -E '^uvmwatch_libcuda_targets' "$OUT/metrics.txt" 2>/dev/null)"
 note "probes not attached: $(grep -E '^uvmwatch_probe_attached.* 0$' "$OUT/metrics.txt" 2>/dev/null | wc -l)"

@@ -88,11 +88,12 @@ pub fn run() -> Result<ExitCode> {
     );
     println!("device-check: run it on the GPU machine with the device tool's `run`:");
     println!(
-        "  command: bash {BUNDLE_DIR}/run.sh\n  carry:   [\"{BUNDLE_DIR}\"]\n  timeout_s: 420"
+        "  command: bash {BUNDLE_DIR}/run.sh\n  carry:   [\"{BUNDLE_DIR}\"]\n  timeout_s: 540"
     );
     println!(
-        "device-check: it writes six files to $OUT (host.txt probes.txt agent.log workload.txt \
-         metrics.txt summary.txt); keep them in docs/validation/ (see docs/device-check.md)"
+        "device-check: it writes eight files to $OUT (host.txt probes.txt workload.txt agent.log \
+         metrics.txt capture.json report.txt summary.txt); keep them in docs/validation/ (see \
+         docs/device-check.md)"
     );
     Ok(ExitCode::SUCCESS)
 }
