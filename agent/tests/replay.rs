@@ -397,3 +397,153 @@ fn real_failing_starts_keep_the_failed_open_as_the_cause() {
         assert!(agent.stop());
     }
 }
+
+/// Writes the open module's version line for `version` below the fake host root `root`, or
+/// removes it (`None`: the driver unloaded).
+fn write_version_file(root: &std::path::Path, version: Option<&str>) {
+    let dir = root.join("proc/driver/nvidia");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("version");
+    match version {
+        Some(v) => {
+            // Written whole then renamed: the agent never reads half a line.
+            let tmp = dir.join(".version.tmp");
+            std::fs::write(
+                &tmp,
+                format!("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {v}  Release Build  (dvs-builder@U16-I3-B03-4-3)  Tue Dec  2 01:12:40 UTC 2025\nGCC version:  gcc version 12.3.0\n"),
+            )
+            .unwrap();
+            std::fs::rename(&tmp, &file).unwrap();
+        }
+        None => {
+            let _ = std::fs::remove_file(&file);
+        }
+    }
+}
+
+/// The series of `uvmwatch_ioctl_layout_info` in `m`.
+fn layout_series(m: &str) -> Vec<String> {
+    m.lines()
+        .filter(|l| l.starts_with("uvmwatch_ioctl_layout_info{"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A driver reload seen through the version file below `--host-root`: the kernel side reads
+/// UVM_FREE's status at the new driver's offset (16 on 580, 8 on 590) once the agent has
+/// seen the new version, `uvmwatch_ioctl_layout_info` keeps exactly one series through every
+/// change, and an unloaded driver is said as `unknown` / `newest`.
+#[test]
+fn a_driver_reload_changes_the_layouts_the_kernel_reads_with() {
+    require_env!("a_driver_reload_changes_the_layouts_the_kernel_reads_with");
+    let root = tempfile::tempdir().unwrap();
+    write_version_file(root.path(), Some("580.95.05"));
+    let agent = Agent::start(&["--host-root", root.path().to_str().unwrap()]);
+    let said = agent.expect_event("driver_layout", |v| v["event"] == "driver_layout", T);
+    assert_eq!(
+        (said["driver_version"].as_str(), said["selection"].as_str()),
+        (Some("580.95.05"), Some("exact")),
+        "{said}"
+    );
+    for (driver, n) in [("580.95.05", 1), ("590.48.01", 2)] {
+        if n > 1 {
+            write_version_file(root.path(), Some(driver));
+            agent.expect_event(
+                "driver_layout",
+                |v| v["event"] == "driver_layout" && v["driver_version"] == driver,
+                Duration::from_secs(10),
+            );
+        }
+        let run =
+            replay_run("545.29.06-gtx1650ti-primer", Some(driver)).plant(0x22, NV_ERR_NO_MEMORY);
+        let seen = replay(&agent, &run, FakeDevConfig::default(), Scenario::Success);
+        check_every_ioctl(&seen, &agent.raw_log());
+        let failed = seen.ioctls.last().unwrap();
+        assert_eq!(
+            (failed["ioctl"].as_str(), failed["result"].as_str()),
+            (Some("UVM_FREE"), Some("NV_ERR_NO_MEMORY")),
+            "{driver}: {failed}"
+        );
+        let m = agent.metrics();
+        assert_eq!(
+            layout_series(&m),
+            [format!(
+                "uvmwatch_ioctl_layout_info{{driver_version=\"{driver}\",layout=\"{driver}\",selection=\"exact\"}} 1"
+            )],
+            "{m}"
+        );
+        assert_eq!(agent.events("driver_layout").len(), n);
+    }
+    // Unloaded: the newest layouts, the version unknown, still one series.
+    write_version_file(root.path(), None);
+    let said = agent.expect_event(
+        "driver_layout",
+        |v| v["event"] == "driver_layout" && v["driver_version"] == "unknown",
+        Duration::from_secs(10),
+    );
+    assert_eq!(said["selection"], "newest", "{said}");
+    std::thread::sleep(Duration::from_millis(200));
+    let m = agent.metrics();
+    let series = layout_series(&m);
+    assert_eq!(series.len(), 1, "{m}");
+    assert!(
+        series[0].contains("driver_version=\"unknown\"")
+            && series[0].contains("selection=\"newest\""),
+        "{m}"
+    );
+    assert!(agent.stop());
+}
+
+/// A command the new driver no longer dispatches reads no status after the reload: 595
+/// removed `UVM_ENABLE_SYSTEM_WIDE_ATOMICS` (0x36, status at 16 on 590), so once the agent
+/// has moved from 590.48.01 to 595.45.04 its `CMDS` entry must be gone and the call, issued
+/// with the 0xEE fill and no status planted, reported `OK` rather than `NV_STATUS_0xeeeeeeee`.
+/// A hand-written sequence (not a capture), only for this check.
+#[test]
+fn a_command_gone_from_the_new_driver_reads_no_stale_status() {
+    require_env!("a_command_gone_from_the_new_driver_reads_no_stale_status");
+    const ATOMICS: u32 = 0x36;
+    let text = "source https://github.com/NVIDIA/open-gpu-kernel-modules hand-written for a test\n\
+                driver 590.48.01\nrecorder hand\ncoverage partial\n\
+                open /dev/nvidiactl O_RDWR openat -> fd 3\n\
+                open /dev/nvidia-uvm O_RDWR|O_CLOEXEC openat -> fd 4\n\
+                ioctl 4 0x30000001 size 16\n\
+                ioctl 4 0x36 size 20\n";
+    let run_for = |driver: &str| {
+        let replay = Replay::parse("atomics", "atomics.replay", text).unwrap();
+        ReplayRun::new(replay, &layout_table(&version(driver)))
+            .unwrap()
+            .plant(ATOMICS, NV_ERR_NO_MEMORY)
+    };
+    let root = tempfile::tempdir().unwrap();
+    write_version_file(root.path(), Some("590.48.01"));
+    let agent = Agent::start(&["--host-root", root.path().to_str().unwrap()]);
+    agent.expect_event(
+        "driver_layout",
+        |v| v["event"] == "driver_layout" && v["driver_version"] == "590.48.01",
+        T,
+    );
+    for (driver, want) in [("590.48.01", "NV_ERR_NO_MEMORY"), ("595.45.04", "OK")] {
+        if driver != "590.48.01" {
+            write_version_file(root.path(), Some(driver));
+            agent.expect_event(
+                "driver_layout",
+                |v| v["event"] == "driver_layout" && v["driver_version"] == driver,
+                Duration::from_secs(10),
+            );
+        }
+        let seen = replay(
+            &agent,
+            &run_for(driver),
+            FakeDevConfig::default(),
+            Scenario::Success,
+        );
+        let call = seen
+            .ioctls
+            .iter()
+            .find(|v| v["ioctl"] == "UVM_ENABLE_SYSTEM_WIDE_ATOMICS")
+            .unwrap_or_else(|| panic!("{driver}: no 0x36 call; log:\n{}", agent.raw_log()));
+        assert_eq!(call["result"], want, "{driver}: {call}");
+    }
+    assert!(agent.stop());
+}
