@@ -30,6 +30,9 @@ pub enum DriverFrom {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Reading {
     version: Option<DriverVersion>,
+    /// The version as the driver wrote it (`540.4.0`; [`DriverVersion`]'s display pads the
+    /// patch to two digits, as NVIDIA's x86 releases write it).
+    text: Option<String>,
     /// Where from, or why there is no version.
     source: String,
 }
@@ -58,21 +61,25 @@ impl DriverWatch {
             Ok(info) => match info.driver_version() {
                 Ok(v) => Reading {
                     version: Some(v),
+                    text: Some(info.version.clone()),
                     source,
                 },
                 Err(e) => Reading {
                     version: None,
+                    text: None,
                     source: format!("{source}: {e}"),
                 },
             },
             Err(why) => Reading {
                 version: None,
+                text: None,
                 source: why,
             },
         };
         match &self.from {
             DriverFrom::Given(v) => Reading {
                 version: Some(*v),
+                text: Some(v.to_string()),
                 source: "--driver-version".into(),
             },
             DriverFrom::Live { host_root } => {
@@ -103,7 +110,7 @@ impl DriverWatch {
         }
         let layout = layouts::layout_for(now.version.as_ref());
         let ev = DriverLayout {
-            driver: now.version.map(|v| v.to_string()),
+            driver: now.text.clone(),
             source: now.source.clone(),
             layout: layout.tag().to_string(),
             selection: selection_label(layout.selection()),
@@ -164,6 +171,24 @@ mod tests {
         let (l, ev) = w.check().unwrap();
         assert_eq!((ev.layout.as_str(), ev.selection), ("590.48.01", "nearest"));
         assert_eq!(l.uvm_entry(0x22).unwrap().status_offset, Some(8));
+    }
+
+    /// The version is said as the driver wrote it: Jetson's `540.4.0`, not `540.4.00`.
+    #[test]
+    fn the_version_is_said_as_the_file_writes_it() {
+        let root = tempfile::tempdir().unwrap();
+        write_version(root.path(), "540.4.0");
+        let mut w = DriverWatch::new(
+            DriverFrom::Live {
+                host_root: Some(root.path().to_path_buf()),
+            },
+            None,
+        );
+        let (_, ev) = w.check().unwrap();
+        assert_eq!(
+            (ev.driver.as_deref(), ev.selection),
+            (Some("540.4.0"), "nearest")
+        );
     }
 
     #[test]
