@@ -68,6 +68,11 @@ pub fn ioctl_name(node_kind: u8, cmd: u32) -> Option<&'static str> {
         if let Some(name) = uvm_ioctl(cmd) {
             return Some(name);
         }
+        // Nor which driver: only a request NVIDIA's user space would send ('F') is an RM
+        // escape here (SIOCGIFHWADDR, 0x8927, is not NV_ESC_RM_ALLOC_MEMORY).
+        if ioc_type(cmd) != NV_IOCTL_MAGIC {
+            return None;
+        }
     }
     rm_escape(ioc_nr(cmd) as u8)
 }
@@ -359,6 +364,13 @@ mod tests {
             Some("UVM_DEINITIALIZE")
         );
         assert_eq!(node_path(node::INVALID_FD, 0), "invalid_fd");
+        // No node on a negative fd: an RM escape only with NVIDIA's type byte.
+        assert_eq!(
+            ioctl_name(node::INVALID_FD, 0xC020_462A),
+            Some("NV_ESC_RM_CONTROL")
+        );
+        assert_eq!(ioctl_name(node::INVALID_FD, 0x8927), None);
+        assert_eq!(ioctl_name(node::INVALID_FD, 0x8004_5438), None);
         assert_eq!(ioctl_display(node::UVM, 0x7777), "0x7777");
     }
 
