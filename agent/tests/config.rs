@@ -83,6 +83,8 @@ fn bad_files_are_refused_with_the_key_and_the_file() {
         ("no-proc-scan = \"yes\"\n", "key `no-proc-scan` is a switch"),
         ("cuinit-stall = \"soon\"\n", "cuinit-stall"),
         ("[run]\nlisten = \"x\"\n", "key `run`"),
+        // A float would lose digits (535.10 is 535.1).
+        ("driver-version = 535.10\n", "write the version as a string"),
     ];
     for (text, want) in cases {
         let f = dir.path().join("bad.toml");

@@ -268,8 +268,10 @@ fn every_ioctl_of_the_real_captures_is_named_and_its_status_read_at_its_drivers_
 }
 
 /// The 545 run with the layouts of 590.48.01: UVM_FREE's status is read at 8, where the
-/// 545 driver's 24-byte params hold the fill, so the agent reports no NV_OK there. The check
-/// above would catch a wrong table.
+/// 545 driver's 24-byte params hold the fill, so the agent reports no NV_OK there: the
+/// offsets the agent loads decide what it reports. (That its table is right is checked by
+/// the next test, against offsets written here from the headers, and by the unit tests of
+/// `decode::layouts` against the headers and gVisor.)
 #[test]
 fn a_replay_read_with_another_drivers_layouts_shows_wrong_statuses() {
     require_env!("a_replay_read_with_another_drivers_layouts_shows_wrong_statuses");
@@ -286,17 +288,42 @@ fn a_replay_read_with_another_drivers_layouts_shows_wrong_statuses() {
     assert_eq!(free["result"], "NV_STATUS_0xeeeeeeee", "{free}");
 }
 
+/// The two commands whose layout differs between 535, 550 and 590, as
+/// `(request, params size, rmStatus offset)`, worked out here from the headers
+/// (`kernel-open/nvidia-uvm/uvm_ioctl.h` and `uvm_types.h` at each tag), not from the agent:
+/// - `UVM_FREE_PARAMS` (0x22): `{NvU64 base; NvU64 length; NV_STATUS rmStatus;}` = 24/16
+///   at 535.104.05 and 550.54.14; `{NvU64 base; NV_STATUS rmStatus;}` = 16/8 at 590.48.01.
+/// - `UVM_MAP_EXTERNAL_ALLOCATION_PARAMS` (0x21): `base, length, offset` (24), then
+///   `perGpuAttributes[UVM_MAX_GPUS]` of 36-byte `UvmGpuMappingAttributes`, then
+///   `gpuAttributesCount` (8), `rmCtrlFd`, `hClient`, `hMemory` (12), `rmStatus`: 32 GPUs at
+///   535.104.05 (24 + 1152 + 8 + 12 = 1196, size 1200), 256 (`UVM_MAX_GPUS_V2`) at
+///   550.54.14 and 590.48.01 (24 + 9216 + 8 + 12 = 9260, size 9264).
+fn from_the_headers(driver: &str) -> [(u32, u32, Option<u32>); 2] {
+    match driver {
+        "535.104.05" => [(0x22, 24, Some(16)), (0x21, 1200, Some(1196))],
+        "550.54.14" => [(0x22, 24, Some(16)), (0x21, 9264, Some(9260))],
+        "590.48.01" => [(0x22, 16, Some(8)), (0x21, 9264, Some(9260))],
+        _ => unreachable!(),
+    }
+}
+
 /// A status planted at the offset of each of three driver branches (535, 550, 590) in the
-/// commands whose layout differs between them (UVM_FREE: 16 before 590.44.01, 8 from it;
-/// UVM_MAP_EXTERNAL_ALLOCATION: params of 1200 bytes before 550.40.53, 9264 from it) is
-/// reported with its name by an agent told that version.
+/// commands whose layout differs between them is reported with its name by an agent told
+/// that version. The replay plants at the offsets written above from the headers, so a
+/// wrong entry in the agent's table makes it read the fill instead.
 #[test]
 fn a_status_planted_at_the_535_550_and_590_offsets_is_reported_by_name() {
     require_env!("a_status_planted_at_the_535_550_and_590_offsets_is_reported_by_name");
     for driver in ["535.104.05", "550.54.14", "590.48.01"] {
         let agent = agent_with(driver);
+        let headers = from_the_headers(driver);
+        let mut table = layout_table(&version(driver));
+        table.retain(|(r, _, _)| headers.iter().all(|(h, _, _)| h != r));
+        table.extend(headers);
         for (request, name) in [(0x22, "UVM_FREE"), (0x21, "UVM_MAP_EXTERNAL_ALLOCATION")] {
-            let run = replay_run("545.29.06-gtx1650ti-primer", Some(driver))
+            let capture = Replay::load("545.29.06-gtx1650ti-primer").unwrap();
+            let run = ReplayRun::new(capture, &table)
+                .unwrap()
                 .plant(request, NV_ERR_NO_MEMORY);
             let seen = replay(&agent, &run, FakeDevConfig::default(), Scenario::Success);
             check_every_ioctl(&seen, &agent.raw_log());

@@ -16,8 +16,8 @@
 #                        the ones the agent could not name first
 #   summary.txt          every step with its exit status and duration, then a quick look
 # (8 files: what the device tool brings back.)
-# Every step has a timeout; a missing tool is written down, never fatal. About 2-3 minutes
-# normally, under 6 at worst.
+# Every step has a timeout inside one deadline ($BUDGET, 360 s by default); a missing tool is
+# written down, never fatal. About 2-3 minutes normally.
 set -u
 
 OUT="${OUT:-$PWD/device-check-out}"
@@ -26,6 +26,12 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$HERE" || exit 2
 LISTEN=127.0.0.1:19400
 T0=$(date +%s)
+# The whole run's deadline (seconds): every step gets at most what is left of it less
+# RESERVE, kept for the report and the summary, so a hang (what the agent is for) still
+# leaves them written.
+BUDGET="${BUDGET:-360}"
+RESERVE=45
+left() { echo $((T0 + BUDGET - $(date +%s))); }
 # fd 3: the terminal, whatever a step's output is redirected to.
 exec 3>&1
 
@@ -37,10 +43,17 @@ t() {
     shift
     if have timeout; then timeout -k 5 "$s" "$@"; else "$@"; fi
 }
-# step NAME SECONDS CMD...: runs CMD, records its exit status and duration.
+# step NAME SECONDS CMD...: runs CMD for at most SECONDS (and never past the deadline less
+# $RESERVE), records its exit status and duration.
 step() {
-    local name=$1 s=$2 start rc
+    local name=$1 s=$2 start rc room
     shift 2
+    room=$(($(left) - RESERVE))
+    if [ "$room" -le 0 ]; then
+        note "step $name: skipped (out of time)"
+        return 124
+    fi
+    [ "$room" -lt "$s" ] && s=$room
     start=$(date +%s)
     t "$s" "$@"
     rc=$?
@@ -126,12 +139,14 @@ print(json.dumps({"pid": os.getpid(), "torch": torch.__version__, "cuda": torch.
     "import_s": t1 - t0, "cuda_init_s": t2 - t1, "first_matmul_s": t3 - t2,
     "matmul_20_s": t4 - t3, "norm": float(y.float().norm().item())}), flush=True)
 '
-# runs N LABEL: the workload N times, one JSON line each (prefixed with LABEL).
+# runs N LABEL: the workload N times, one JSON line each under "== LABEL run I"; after a run
+# that timed out (a hang), no more of them, so the deadline is left to the others.
 runs() {
     local n=$1 label=$2 i
     for i in $(seq 1 "$n"); do
         echo "== $label run $i"
-        step "$label-$i" 120 python3 -c "$WORKLOAD"
+        step "$label-$i" 90 python3 -c "$WORKLOAD"
+        [ $? = 124 ] && break
     done
 }
 
@@ -144,6 +159,7 @@ AGENT=$!
 note "agent started: pid $AGENT"
 healthy=no
 for _ in $(seq 1 120); do
+    [ "$(left)" -gt "$RESERVE" ] || break
     if ! kill -0 "$AGENT" 2>/dev/null; then
         note "agent exited before serving /healthz (see agent.log)"
         break
@@ -158,7 +174,7 @@ note "agent healthy: $healthy"
 {
     runs 3 agent
     echo "== unset run 1 (CUDA_VISIBLE_DEVICES unset)"
-    step workload-unset 120 env -u CUDA_VISIBLE_DEVICES python3 -c "$WORKLOAD"
+    step workload-unset 90 env -u CUDA_VISIBLE_DEVICES python3 -c "$WORKLOAD"
 } >>"$OUT/workload.txt" 2>&1
 
 sleep 2
@@ -184,6 +200,12 @@ CAPTURE=$!
 for _ in $(seq 1 60); do grep -q '"event":"started"' "$CAPLOG" 2>/dev/null && break; sleep 0.5; done
 runs 1 capture >>"$OUT/workload.txt" 2>&1
 kill -INT "$CAPTURE" 2>/dev/null
+# The capture writes its file on SIGINT; give it 20 s.
+for _ in $(seq 1 40); do kill -0 "$CAPTURE" 2>/dev/null || break; sleep 0.5; done
+if kill -0 "$CAPTURE" 2>/dev/null; then
+    note "capture still running 20s after SIGINT: SIGKILL"
+    kill -KILL "$CAPTURE"
+fi
 wait "$CAPTURE"
 note "capture exit status: $?"
 { echo "== uvmwatch capture's log"; cat "$CAPLOG"; } >>"$OUT/agent.log"
@@ -248,7 +270,7 @@ PY
 }
 export OUT
 export -f summarise
-step summarise 60 bash -c summarise
+RESERVE=0 step summarise 30 bash -c summarise
 
 note "-- quick look"
 note "driver and layouts: $(head -1 "$OUT/probes.txt" 2>/dev/null)"

@@ -88,7 +88,7 @@ pub fn run() -> Result<ExitCode> {
     );
     println!("device-check: run it on the GPU machine with the device tool's `run`:");
     println!(
-        "  command: bash {BUNDLE_DIR}/run.sh\n  carry:   [\"{BUNDLE_DIR}\"]\n  timeout_s: 540"
+        "  command: bash {BUNDLE_DIR}/run.sh\n  carry:   [\"{BUNDLE_DIR}\"]\n  timeout_s: 420"
     );
     println!(
         "device-check: it writes eight files to $OUT (host.txt probes.txt workload.txt agent.log \

@@ -41,6 +41,11 @@ pub fn parse(text: &str, file: &Path) -> Result<BTreeMap<String, Vec<String>>> {
             Ok(match v {
                 toml::Value::String(s) => s.clone(),
                 toml::Value::Integer(i) => i.to_string(),
+                // `driver-version = 535.10` is a TOML float, 535.1: the digits are lost.
+                toml::Value::Float(_) if key == "driver-version" => bail!(
+                    "{}: key `driver-version`: write the version as a string, e.g. driver-version = \"535.104.05\"",
+                    file.display()
+                ),
                 toml::Value::Float(f) => f.to_string(),
                 toml::Value::Boolean(b) => b.to_string(),
                 _ => bail!(

@@ -11,9 +11,14 @@ use crate::{host::discovery, kernel};
 /// `uvmwatch probes`: loads and attaches for real, prints the table, detaches.
 /// Exit 0 when every required probe attached, 1 otherwise, 2 when it could not run.
 pub fn probes(libcuda: Vec<PathBuf>, g: &super::Global) -> anyhow::Result<ExitCode> {
-    let (layout, said) = DriverWatch::new(g.driver(), None)
-        .check()
-        .expect("a first check reports");
+    let mut layout = None;
+    let said = DriverWatch::new(g.driver(), None)
+        .check(|l| {
+            layout = Some(l.clone());
+            Ok(())
+        })?
+        .expect("a first check loads");
+    let layout = layout.expect("chosen by the first check");
     println!("{}", driver_line(&said));
     if !kernel::is_root() {
         let rows: Vec<_> = probes::REGISTRY

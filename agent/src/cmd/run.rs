@@ -93,10 +93,12 @@ pub fn run(a: RunArgs, g: &Global) -> anyhow::Result<ExitCode> {
         libcuda: a.libcuda,
         proc_scan: !a.no_proc_scan,
         proc_root: PathBuf::from("/proc"),
-        // With a snapshot's facts, the ioctl layouts of the snapshot's driver too (unless
-        // --driver-version says otherwise).
+        // The probes watch this machine, so its driver's layouts; with a snapshot's facts, the
+        // snapshot's version only while this machine's cannot be read.
         driver: match (&a.evidence_root, g.driver_version) {
-            (Some(_), None) => DriverFrom::Snapshot,
+            (Some(_), None) => DriverFrom::LiveElseSnapshot {
+                host_root: g.host_root.clone(),
+            },
             _ => g.driver(),
         },
         facts: Some(match a.evidence_root {

@@ -3,7 +3,7 @@
 //! fact; the observer reads it to choose the ioctl layouts of the running driver
 //! (`decode::layouts`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -72,11 +72,20 @@ pub fn parse_driver_version(text: &str) -> Result<DriverInfo, String> {
 /// says which, with the path.
 pub fn read_version_file(host_root: Option<&Path>) -> Result<DriverInfo, String> {
     let root = host_root.unwrap_or(Path::new("/"));
-    let shown = root.join(VERSION_PATH.trim_start_matches('/'));
+    let shown = version_path(host_root);
     let shown = shown.display();
     let bytes = crate::host::in_root::read_capped(root, Path::new(VERSION_PATH), MAX_VERSION_FILE)
         .ok_or_else(|| format!("no readable {shown}: the nvidia module is not loaded"))?;
     parse_driver_version(&String::from_utf8_lossy(&bytes)).map_err(|e| format!("{shown}: {e}"))
+}
+
+/// [`VERSION_PATH`] below `host_root`, as it is shown (the file read is resolved inside the
+/// root, links included).
+pub fn version_path(host_root: Option<&Path>) -> PathBuf {
+    match host_root {
+        Some(r) => r.join(VERSION_PATH.trim_start_matches('/')),
+        None => PathBuf::from(VERSION_PATH),
+    }
 }
 
 #[cfg(test)]

@@ -89,6 +89,7 @@ impl<K: KernelSide> Observer<K> {
 
     fn on_cuinit_enter(&mut self, e: &CuinitEvent) {
         let h = &e.header;
+        self.check_driver_if_unknown();
         self.calls.start(h.tgid, h.tid, e.forked_from);
         let ev = self.about(
             h,
@@ -207,6 +208,9 @@ impl<K: KernelSide> Observer<K> {
                 }
             }
             return;
+        }
+        if e.ret >= 0 {
+            self.check_driver_if_unknown();
         }
         let o = Open {
             start_ns: e.start_ns,

@@ -133,11 +133,17 @@ impl Observer<Kernel> {
         // The facts and the driver's version first, so the programs read statuses with the
         // running driver's layouts from their first call.
         let (diagnosis, mut driver) = Observer::<Kernel>::sources(&cfg)?;
-        let (layout, said) = driver.check().expect("a first check reports");
-        let mut kernel = Kernel::load(&KernelSettings {
-            slow_ioctl_ns: slow.as_nanos() as u64,
-            layout: &layout,
-        })?;
+        let mut loaded = None;
+        let said = driver
+            .check(|layout| {
+                loaded = Some(Kernel::load(&KernelSettings {
+                    slow_ioctl_ns: slow.as_nanos() as u64,
+                    layout,
+                })?);
+                Ok(())
+            })?
+            .expect("a first check loads");
+        let mut kernel = loaded.expect("loaded by the first check");
         let ring = kernel.take_events()?;
         let mut o = Observer::assemble(cfg, kernel, diagnosis, driver, said);
         o.ring = Some(ring);
@@ -226,8 +232,9 @@ impl<K: KernelSide> Observer<K> {
     /// The facts' snapshot cannot be opened.
     pub fn over(cfg: RunConfig, mut kernel: K) -> Result<Observer<K>> {
         let (diagnosis, mut driver) = Self::sources(&cfg)?;
-        let (layout, said) = driver.check().expect("a first check reports");
-        kernel.load_layout(&layout)?;
+        let said = driver
+            .check(|layout| kernel.load_layout(layout))?
+            .expect("a first check loads");
         Ok(Self::assemble(cfg, kernel, diagnosis, driver, said))
     }
 
@@ -425,19 +432,29 @@ impl<K: KernelSide> Observer<K> {
     }
 
     /// Loads the layouts of a driver whose version changed (a reload), and says so. A
-    /// layout that cannot be loaded is said as an error; the old one stays.
+    /// layout that cannot be loaded is logged as an error and loaded again on the next check.
     fn check_driver(&mut self) {
-        let Some((layout, said)) = self.driver.check() else {
-            return;
-        };
-        if let Err(e) = self.kernel().load_layout(&layout) {
-            tracing::error!("loading the ioctl layouts of {layout}: {e:#}");
-            return;
+        let kernel = self.kernel.clone();
+        match self
+            .driver
+            .check(|layout| lock(&kernel).load_layout(layout))
+        {
+            Ok(Some(said)) => self.dispatch(Event::agent(
+                clock::monotonic_ns(),
+                Kind::DriverLayout(said),
+            )),
+            Ok(None) => {}
+            Err(e) => tracing::error!("loading the ioctl layouts of the driver: {e:#}"),
         }
-        self.dispatch(Event::agent(
-            clock::monotonic_ns(),
-            Kind::DriverLayout(said),
-        ));
+    }
+
+    /// Checks the driver again now when no version is known yet: a process that opens a
+    /// device node or enters `cuInit` may have just had the driver loaded on demand, and its
+    /// first calls should not wait a second for the right layouts.
+    pub(crate) fn check_driver_if_unknown(&mut self) {
+        if !self.driver.knows_version() {
+            self.check_driver();
+        }
     }
 
     fn sweep(&mut self) {

@@ -149,7 +149,9 @@ fn observer(proc_root: &Path) -> (Observer<FakeKernel>, Recording) {
         proc_root: proc_root.to_path_buf(),
         proc_scan: false,
         facts: Some(FactsFrom::Snapshot(incident_host())),
-        driver: DriverFrom::Snapshot,
+        driver: DriverFrom::LiveElseSnapshot {
+            host_root: Some(std::path::PathBuf::from("/nonexistent")),
+        },
         ..RunConfig::new()
     };
     let mut o = Observer::over(cfg, FakeKernel::default()).unwrap();
@@ -300,7 +302,9 @@ fn the_snapshots_driver_layouts_are_loaded_and_said_at_start() {
         proc_root: root.path().to_path_buf(),
         proc_scan: false,
         facts: Some(FactsFrom::Snapshot(incident_host())),
-        driver: DriverFrom::Snapshot,
+        driver: DriverFrom::LiveElseSnapshot {
+            host_root: Some(std::path::PathBuf::from("/nonexistent")),
+        },
         ..RunConfig::new()
     };
     let mut o = Observer::over(cfg, FakeKernel::default()).unwrap();

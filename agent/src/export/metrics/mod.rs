@@ -79,7 +79,7 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     ("uvmwatch_cuinit_in_flight", "gauge", "cuInit calls currently running."),
     ("uvmwatch_stalls_total", "counter", "Calls that crossed their stall threshold (--cuinit-stall, --ioctl-stall), by call (cuInit or the driver ioctl name)."),
     ("uvmwatch_stalled_calls", "gauge", "Calls currently past their stall threshold, by call."),
-    ("uvmwatch_driver_ioctl_calls_total", "counter", "Ioctls on NVIDIA device nodes, by node, ioctl name and result (NV_OK or an NV_ERR_* name read from the params' rmStatus, OK when the command has no status field, an errno name when the syscall failed, PARAMS_UNREADABLE)."),
+    ("uvmwatch_driver_ioctl_calls_total", "counter", "Ioctls on NVIDIA device nodes, by node, ioctl name and result (NV_OK or an NV_ERR_* name read from the params' rmStatus, OK when no status was read: the command has none, or its number or params size is not in the running driver's layout table; an errno name when the syscall failed; PARAMS_UNREADABLE when the params could not be read)."),
     ("uvmwatch_driver_ioctl_duration_seconds", "histogram", "Ioctl latency on NVIDIA device nodes, seconds, aggregated in the kernel in log2 buckets."),
     ("uvmwatch_kernel_function_calls_total", "counter", "Calls of kprobed kernel and nvidia_uvm functions (HMM set-up, GPU registration, HMM faults, GPU fault batches; docs/probes.md), by function and result (NV_STATUS name, errno name, or OK). Only where the kernel has kprobes; request_free_mem_region and memremap_pages only inside UVM ioctls."),
     ("uvmwatch_kernel_function_duration_seconds", "histogram", "Latency of kprobed kernel and nvidia_uvm functions, seconds, aggregated in the kernel in log2 buckets."),
