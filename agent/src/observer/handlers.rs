@@ -341,7 +341,7 @@ impl<K: KernelSide> Observer<K> {
     pub(super) fn scan(&mut self) {
         let now = clock::monotonic_ns();
         let snap = self.snapshot(now);
-        let r = self.detector.scan(&snap, now);
+        let r = self.detector.scan(&snap, now, self.caught_up);
         for c in &r.new_stalls {
             let ev = self.stall_report(c, &snap, now);
             self.emit(ev);

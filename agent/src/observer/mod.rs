@@ -99,6 +99,10 @@ impl Default for RunConfig {
     }
 }
 
+/// Records handled per turn of the loop at most, so the stall scan and the heartbeat never
+/// wait for a flood of records to end (about 10 ms of decoding).
+const DRAIN_BATCH: usize = 4096;
+
 /// Scans between checks for `nvidia_uvm` coming or going (1 s).
 const MODULE_CHECK_EVERY: u64 = 20;
 /// How often stale fd entries are swept and expired findings cleared.
@@ -120,6 +124,9 @@ pub struct Observer<K: KernelSide = Kernel> {
     listeners: Vec<Box<dyn Listener>>,
     /// Records that could not be decoded (an agent/eBPF mismatch).
     undecodable: u64,
+    /// The last drain emptied the ring: a call missing from the in-flight maps then really
+    /// ended without an exit record (not one still queued).
+    caught_up: bool,
 }
 
 impl Observer<Kernel> {
@@ -139,6 +146,7 @@ impl Observer<Kernel> {
                 loaded = Some(Kernel::load(&KernelSettings {
                     slow_ioctl_ns: slow.as_nanos() as u64,
                     layout,
+                    failure_events_per_second: crate::kernel::FAILURE_EVENTS_PER_SECOND,
                 })?);
                 Ok(())
             })?
@@ -178,13 +186,17 @@ impl Observer<Kernel> {
             tokio::select! {
                 guard = ring.readable_mut() => {
                     let mut guard = guard?;
-                    self.drain(guard.get_inner_mut());
-                    guard.clear_ready();
+                    // At most one batch a turn: under a flood of records the scan below
+                    // still gets its turns (select! picks among ready branches at random).
+                    if self.drain(guard.get_inner_mut(), DRAIN_BATCH) {
+                        guard.clear_ready();
+                    }
                 }
                 _ = scan.tick() => {
-                    // Records first, so a call that just returned is not taken for a
-                    // vanished one.
-                    self.drain(ring.get_mut());
+                    // Records first (one batch), so a call that just returned is not taken
+                    // for a vanished one; the scan counts a call missing only when the
+                    // ring was caught up.
+                    self.drain(ring.get_mut(), DRAIN_BATCH);
                     self.scan();
                     self.take_new_facts();
                     ticks += 1;
@@ -200,7 +212,7 @@ impl Observer<Kernel> {
             }
         };
         // Records that arrived last, then the listeners write out what they hold.
-        self.drain(ring.get_mut());
+        self.drain(ring.get_mut(), usize::MAX);
         for l in self.listeners.iter_mut() {
             l.flush();
         }
@@ -273,6 +285,7 @@ impl<K: KernelSide> Observer<K> {
             driver_layout: Some(said),
             listeners: Vec::new(),
             undecodable: 0,
+            caught_up: true,
         }
     }
 
@@ -390,8 +403,16 @@ impl<K: KernelSide> Observer<K> {
         ));
     }
 
-    fn drain(&mut self, rb: &mut RingBuf<MapData>) {
-        while let Some(item) = rb.next() {
+    /// Handles at most `max` records from the ring; returns whether it is empty now (also
+    /// kept for the stall scan, [`Observer::caught_up`]).
+    fn drain(&mut self, rb: &mut RingBuf<MapData>, max: usize) -> bool {
+        let mut n = 0;
+        while n < max {
+            let Some(item) = rb.next() else {
+                self.caught_up = true;
+                return true;
+            };
+            n += 1;
             match record::decode(&item) {
                 Ok(r) => self.handle(r),
                 Err(e) => {
@@ -400,6 +421,8 @@ impl<K: KernelSide> Observer<K> {
                 }
             }
         }
+        self.caught_up = false;
+        false
     }
 
     /// The scan's figures, after a pass.

@@ -84,8 +84,10 @@ impl StallDetector {
         }
     }
 
-    /// Compares a snapshot of everything in flight at `now_ns` with what was reported.
-    pub fn scan(&mut self, inflight: &[InFlight], now_ns: u64) -> ScanResult {
+    /// Compares a snapshot of everything in flight at `now_ns` with what was reported. A
+    /// reported call missing from the snapshot counts towards "vanished" only when
+    /// `caught_up` (every record sent so far was handled: its exit record is not queued).
+    pub fn scan(&mut self, inflight: &[InFlight], now_ns: u64, caught_up: bool) -> ScanResult {
         let mut out = ScanResult::default();
         for c in inflight {
             if let Some(r) = self.reported.get_mut(&c.key) {
@@ -106,7 +108,8 @@ impl StallDetector {
         let present: std::collections::HashSet<CallKey> = inflight.iter().map(|c| c.key).collect();
         let mut gone = Vec::new();
         for (k, r) in self.reported.iter_mut() {
-            if !present.contains(k) {
+            // Not caught up: its exit record may still be queued.
+            if !present.contains(k) && caught_up {
                 r.missing += 1;
                 if r.missing >= MISSING_SCANS_BEFORE_END {
                     gone.push(*k);
@@ -179,11 +182,11 @@ mod tests {
         let cu = call(CallKind::Cuinit, 10, 100 * S);
         let io = call(CallKind::Ioctl, 10, 101 * S);
         let snap = vec![cu.clone(), io.clone()];
-        assert!(d.scan(&snap, 105 * S).new_stalls.is_empty());
-        let r = d.scan(&snap, 106 * S);
+        assert!(d.scan(&snap, 105 * S, true).new_stalls.is_empty());
+        let r = d.scan(&snap, 106 * S, true);
         assert_eq!(r.new_stalls, vec![io.clone()]);
-        assert!(d.scan(&snap, 110 * S).new_stalls.is_empty());
-        let r = d.scan(&snap, 120 * S);
+        assert!(d.scan(&snap, 110 * S, true).new_stalls.is_empty());
+        let r = d.scan(&snap, 120 * S, true);
         assert_eq!(r.new_stalls, vec![cu.clone()]);
         assert_eq!(d.stalled_by_label().get("cuInit"), Some(&1));
         assert_eq!(d.stalled_by_label().get("UVM_REGISTER_GPU"), Some(&1));
@@ -194,7 +197,7 @@ mod tests {
         let mut d = StallDetector::new(Duration::from_secs(1), Duration::from_secs(1));
         let cu = call(CallKind::Cuinit, 7, 0);
         let io = call(CallKind::Ioctl, 7, S / 2);
-        d.scan(&[cu.clone(), io.clone()], 10 * S);
+        d.scan(&[cu.clone(), io.clone()], 10 * S, true);
         assert_eq!(d.end(&io.key), Some(io.clone()));
         assert_eq!(d.end(&io.key), None);
         assert_eq!(d.end_thread(7), vec![cu]);
@@ -205,10 +208,10 @@ mod tests {
     fn vanished_needs_two_missing_scans() {
         let mut d = StallDetector::new(Duration::from_secs(1), Duration::from_secs(1));
         let io = call(CallKind::Ioctl, 3, 0);
-        d.scan(std::slice::from_ref(&io), 2 * S);
-        assert!(d.scan(&[], 3 * S).vanished.is_empty());
-        assert_eq!(d.scan(&[], 4 * S).vanished, vec![io]);
-        assert!(d.scan(&[], 5 * S).vanished.is_empty());
+        d.scan(std::slice::from_ref(&io), 2 * S, true);
+        assert!(d.scan(&[], 3 * S, true).vanished.is_empty());
+        assert_eq!(d.scan(&[], 4 * S, true).vanished, vec![io.clone()]);
+        assert!(d.scan(&[], 5 * S, true).vanished.is_empty());
     }
 
     #[test]
@@ -216,8 +219,30 @@ mod tests {
         let mut d = StallDetector::new(Duration::from_secs(1), Duration::from_secs(1));
         let a = call(CallKind::Ioctl, 3, 0);
         let b = call(CallKind::Ioctl, 3, 5 * S);
-        assert_eq!(d.scan(std::slice::from_ref(&a), 2 * S).new_stalls.len(), 1);
+        assert_eq!(
+            d.scan(std::slice::from_ref(&a), 2 * S, true)
+                .new_stalls
+                .len(),
+            1
+        );
         d.end(&a.key);
-        assert_eq!(d.scan(std::slice::from_ref(&b), 7 * S).new_stalls, vec![b]);
+        assert_eq!(
+            d.scan(std::slice::from_ref(&b), 7 * S, true).new_stalls,
+            vec![b]
+        );
+    }
+
+    /// While records are still queued (a flood), a call missing from the maps is not taken
+    /// for vanished: its exit record may be among them.
+    #[test]
+    fn a_missing_call_is_not_vanished_while_records_are_queued() {
+        let mut d = StallDetector::new(Duration::from_secs(20), Duration::from_secs(1));
+        let io = call(CallKind::Ioctl, 7, 0);
+        d.scan(std::slice::from_ref(&io), 2 * S, true);
+        for t in 3..10 {
+            assert!(d.scan(&[], t * S, false).vanished.is_empty());
+        }
+        assert!(d.scan(&[], 10 * S, true).vanished.is_empty());
+        assert_eq!(d.scan(&[], 11 * S, true).vanished.len(), 1);
     }
 }
