@@ -76,6 +76,10 @@ pub struct RunArgs {
     /// and uvmwatch_stalls_total (off by default: pod names churn with rollouts).
     #[arg(long, env = "UVMWATCH_WORKLOAD_LABELS")]
     pub workload_labels: bool,
+    /// A failure (process, call, result) logged once is then counted, and its count logged
+    /// as one `repeated` record per this interval (the metrics count every call).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "UVMWATCH_LOG_REPEAT_WINDOW")]
+    pub log_repeat_window: Duration,
     /// Kubernetes node name, exported as the resource attribute k8s.node.name.
     #[arg(long, value_name = "NAME", env = "NODE_NAME")]
     pub node_name: Option<String>,
@@ -122,7 +126,10 @@ pub fn run(a: RunArgs, g: &Global) -> anyhow::Result<ExitCode> {
         c.node_name = a.node_name;
         listeners.push(Box::new(otlp::OtlpListener::start(c)?));
     }
-    listeners.push(Box::new(LogListener::new(g.log_format)));
+    listeners.push(Box::new(LogListener::with_repeat_window(
+        g.log_format,
+        a.log_repeat_window,
+    )));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

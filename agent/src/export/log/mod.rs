@@ -64,9 +64,14 @@ pub struct LogListener {
 impl LogListener {
     /// A listener writing in `format` (which must be the format given to [`init`]).
     pub fn new(format: Format) -> LogListener {
+        LogListener::with_repeat_window(format, text::REPEAT_WINDOW)
+    }
+
+    /// Like [`LogListener::new`], summing up repeated failures every `window`.
+    pub fn with_repeat_window(format: Format, window: std::time::Duration) -> LogListener {
         LogListener {
             format,
-            seen: text::Seen::default(),
+            seen: text::Seen::with_window(window),
             probes_logged: false,
         }
     }
@@ -282,26 +287,26 @@ impl crate::event::Listener for LogListener {
 }
 
 impl LogListener {
-    /// Whether a failure is printed: always in JSON; in text, the first time for this
-    /// process, call and result in a while (the others are summed up).
+    /// Whether a failure is printed: the first time for this process, call and result in a
+    /// while; the others are counted and summed up ([`text::Seen`]), in both formats.
     fn print_failure(&mut self, ev: &Event, call: &str, result: &str) -> bool {
-        self.format == Format::Json
-            || self.seen.print_failure(
-                format!("pid={} {call} -> {result}", ev.pid().unwrap_or(0)),
-                ev.ts_ns,
-            )
+        let key = text::FailureKey {
+            pid: ev.pid().unwrap_or(0),
+            call: call.to_string(),
+            result: result.to_string(),
+        };
+        self.seen.print_failure(key, ev.ts_ns)
     }
 
-    /// The sums of repeated failures (text format): those whose window is over, or all.
+    /// The sums of repeated failures: those whose window is over, or all.
     fn print_repeats(&mut self, now_ns: u64, all: bool) {
-        if self.format != Format::Text {
-            return;
-        }
-        for (what, times, over) in self.seen.repeated(now_ns, all) {
+        for (key, times, over) in self.seen.repeated(now_ns, all) {
             tracing::warn!(
                 target: TARGET,
                 event = "repeated",
-                what = %what,
+                pid = key.pid,
+                call = %key.call,
+                result = %key.result,
                 times,
                 over_seconds = over,
                 "failure repeated"
@@ -750,8 +755,10 @@ mod tests {
         assert!(lines[2].contains("times=2"), "{}", lines[2]);
     }
 
+    /// JSON keeps every field; a failure repeated is summed up there too (a flood of one
+    /// failure is not a flood of lines), its count said when the agent stops at the latest.
     #[test]
-    fn the_json_log_keeps_every_record_and_field() {
+    fn the_json_log_keeps_every_field_and_sums_up_repeated_failures() {
         let f = finding("node_or_module_missing");
         let buf: Arc<Mutex<Vec<u8>>> = Default::default();
         let b = buf.clone();
@@ -764,24 +771,48 @@ mod tests {
             let mut l = LogListener::new(Format::Json);
             failed_open(&mut l, &f, 1_000);
             failed_open(&mut l, &f, 2_000);
+            l.event(&Arc::new(Event::agent(
+                3_000,
+                Kind::Stopped { signal: "SIGTERM" },
+            )));
         });
         let out = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
         let records: Vec<serde_json::Value> = out
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
-        assert_eq!(records.len(), 4);
+        let events: Vec<&str> = records
+            .iter()
+            .map(|r| r["event"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            events,
+            [
+                "device_open_failed",
+                "diagnosis",
+                "diagnosis",
+                "repeated",
+                "stopped"
+            ]
+        );
         for r in &records {
             assert_eq!(r["target"], TARGET);
         }
-        assert_eq!(records[0]["event"], "device_open_failed");
         assert_eq!(
             records[0]["diagnosis_title"],
             "node_or_module_missing title"
         );
         assert_eq!(records[0]["container_id"], "3f1c0ffee0ddba11");
-        assert_eq!(records[1]["event"], "diagnosis");
         assert_eq!(records[1]["fix"], "(1) [host] echo fix");
-        assert_eq!(records[3]["event"], "diagnosis");
+        let r = &records[3];
+        assert_eq!(
+            (&r["pid"], &r["call"], &r["result"], &r["times"]),
+            (
+                &serde_json::json!(4242),
+                &serde_json::json!("open /dev/nvidia-uvm"),
+                &serde_json::json!("ENOENT"),
+                &serde_json::json!(1)
+            )
+        );
     }
 }

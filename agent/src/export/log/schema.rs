@@ -352,8 +352,10 @@ pub const RECORDS: &[Record] = &[
         level: "WARN",
         message: "failure repeated",
         fields: &[
-            f("what", "the failure (text format only: JSON has every record)"),
-            f("times", "how often it came again"),
+            f("pid", "the process (0 for the sum of failures beyond the 4096 summed one by one)"),
+            f("call", "the call and its node (`UVM_REGISTER_GPU on /dev/nvidia-uvm`, `open /dev/nvidia-uvm`), or the kernel function"),
+            f("result", "the result label it failed with"),
+            f("times", "how often it came again since it was printed or last summed up"),
             f("over_seconds", "over how long"),
         ],
     },

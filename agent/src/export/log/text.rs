@@ -154,11 +154,30 @@ fn clock(t: SystemTime) -> String {
 
 /// Processes and rules kept at most before the memory of what was shown starts over.
 const MAX_SEEN: usize = 4096;
-/// How long a repeated failure is summed up before the sum is printed.
+/// How long a repeated failure is summed up before the sum is printed (`--log-repeat-window`
+/// sets it for a run).
 pub const REPEAT_WINDOW: Duration = Duration::from_secs(10);
 
-/// What the text log showed already.
-#[derive(Default)]
+/// A failure as the log sums it up: the process, the call (with its node) and the result.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FailureKey {
+    pub pid: u32,
+    /// `UVM_REGISTER_GPU on /dev/nvidia-uvm`, `open /dev/nvidia-uvm`, a kernel function.
+    pub call: String,
+    /// The result label (`NV_ERR_NO_MEMORY`, `EPERM`, ...).
+    pub result: String,
+}
+
+impl std::fmt::Display for FailureKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pid={} {} -> {}", self.pid, self.call, self.result)
+    }
+}
+
+/// A failure that came again, summed up: (key, times, seconds the sum spans).
+pub type Repeated = (FailureKey, u64, f64);
+
+/// What the log showed already.
 pub struct Seen {
     /// (pid, rule) whose finding was printed in full.
     findings: HashSet<(u32, String)>,
@@ -166,10 +185,21 @@ pub struct Seen {
     /// changed): the same finding about a process is not printed again.
     host_findings: HashSet<(String, String)>,
     /// Failures printed once, and how often they came again since.
-    repeats: HashMap<String, Repeat>,
+    repeats: HashMap<FailureKey, Repeat>,
+    /// Failures that came again while [`MAX_SEEN`] others were being summed up: counted
+    /// here, printed as one sum.
+    overflow: Repeat,
+    /// How long a failure is summed up before its sum is printed.
+    window: Duration,
 }
 
-#[derive(Debug)]
+impl Default for Seen {
+    fn default() -> Self {
+        Seen::with_window(REPEAT_WINDOW)
+    }
+}
+
+#[derive(Debug, Default)]
 struct Repeat {
     /// Times it came again since it was last printed or summed up.
     again: u64,
@@ -178,6 +208,17 @@ struct Repeat {
 }
 
 impl Seen {
+    /// Sums of repeated failures printed every `window`.
+    pub fn with_window(window: Duration) -> Seen {
+        Seen {
+            findings: HashSet::new(),
+            host_findings: HashSet::new(),
+            repeats: HashMap::new(),
+            overflow: Repeat::default(),
+            window,
+        }
+    }
+
     /// The diagnosis fields a failure or stall line shows: the rules and runbook; the title
     /// and fix are the finding's own line's (printed once per process and rule).
     pub fn summary(&self, f: DiagnosisFields) -> DiagnosisFields {
@@ -211,44 +252,63 @@ impl Seen {
         self.host_findings.insert((f.rule.clone(), f.title.clone()));
     }
 
-    /// Whether the failure `key` (process, call, result) is to be printed now: the first
-    /// time, yes; again within the window, no (it is counted).
-    pub fn print_failure(&mut self, key: String, now_ns: u64) -> bool {
-        if self.repeats.len() >= MAX_SEEN && !self.repeats.contains_key(&key) {
-            self.repeats.clear();
+    /// Whether the failure `key` is to be printed now: the first time, yes; again before its
+    /// sum was printed, no (it is counted). At most [`MAX_SEEN`] failures are summed one by
+    /// one; a new one beyond them is printed, and its repeats are summed with the others'.
+    pub fn print_failure(&mut self, key: FailureKey, now_ns: u64) -> bool {
+        if let Some(r) = self.repeats.get_mut(&key) {
+            r.again += 1;
+            return false;
         }
-        match self.repeats.get_mut(&key) {
-            None => {
-                self.repeats.insert(
-                    key,
-                    Repeat {
-                        again: 0,
-                        since_ns: now_ns,
-                    },
-                );
-                true
+        if self.repeats.len() >= MAX_SEEN {
+            if self.overflow.again == 0 {
+                self.overflow.since_ns = now_ns;
             }
-            Some(r) => {
-                r.again += 1;
-                false
-            }
+            self.overflow.again += 1;
+            // The first of a new failure is still worth a line; its repeats are not.
+            return self.overflow.again == 1;
         }
+        self.repeats.insert(
+            key,
+            Repeat {
+                again: 0,
+                since_ns: now_ns,
+            },
+        );
+        true
     }
 
-    /// The failures that came again and whose window is over (or all of them, with
-    /// `all`): (key, times, seconds summed over); their counts start over.
-    pub fn repeated(&mut self, now_ns: u64, all: bool) -> Vec<(String, u64, f64)> {
-        let window = REPEAT_WINDOW.as_nanos() as u64;
+    /// The failures that came again and whose window is over (or all of them, with `all`):
+    /// their counts start over. Failures that did not come again in a whole window are
+    /// forgotten (their next occurrence is printed again). The overflow's sum comes last,
+    /// with pid 0 and call `other failures`.
+    pub fn repeated(&mut self, now_ns: u64, all: bool) -> Vec<Repeated> {
+        let window = self.window.as_nanos() as u64;
         let mut out = Vec::new();
-        for (k, r) in self.repeats.iter_mut() {
+        self.repeats.retain(|k, r| {
             let age = now_ns.saturating_sub(r.since_ns);
             if r.again > 0 && (all || age >= window) {
                 out.push((k.clone(), r.again, age as f64 / 1e9));
                 r.again = 0;
                 r.since_ns = now_ns;
+                return true;
             }
-        }
+            r.again > 0 || age < window
+        });
         out.sort_by(|a, b| a.0.cmp(&b.0));
+        let age = now_ns.saturating_sub(self.overflow.since_ns);
+        if self.overflow.again > 0 && (all || age >= window) {
+            out.push((
+                FailureKey {
+                    pid: 0,
+                    call: "other failures".into(),
+                    result: "various".into(),
+                },
+                self.overflow.again,
+                age as f64 / 1e9,
+            ));
+            self.overflow = Repeat::default();
+        }
         out
     }
 }
@@ -269,23 +329,47 @@ mod tests {
         );
     }
 
+    fn key(call: &str) -> FailureKey {
+        FailureKey {
+            pid: 7,
+            call: call.into(),
+            result: "EBADF".into(),
+        }
+    }
+
     #[test]
     fn a_repeated_failure_is_printed_once_then_summed_up() {
         let mut s = Seen::default();
         let s1 = 1_000_000_000;
-        assert!(s.print_failure("a".into(), s1));
-        assert!(!s.print_failure("a".into(), s1 + 1));
-        assert!(!s.print_failure("a".into(), s1 + 2));
-        assert!(s.print_failure("b".into(), s1 + 3));
+        assert!(s.print_failure(key("a"), s1));
+        assert!(!s.print_failure(key("a"), s1 + 1));
+        assert!(!s.print_failure(key("a"), s1 + 2));
+        assert!(s.print_failure(key("b"), s1 + 3));
         assert!(s.repeated(s1 + 5, false).is_empty(), "window not over");
         let r = s.repeated(s1 + 11_000_000_000, false);
-        assert_eq!(r.len(), 1);
-        assert_eq!((r[0].0.as_str(), r[0].1), ("a", 2));
-        assert!(
-            s.repeated(s1 + 30_000_000_000, true).is_empty(),
-            "nothing new"
-        );
-        assert!(!s.print_failure("a".into(), s1 + 31_000_000_000));
-        assert_eq!(s.repeated(s1 + 31_000_000_001, true)[0].1, 1);
+        assert_eq!((r.len(), r[0].0.call.as_str(), r[0].1), (1, "a", 2));
+        // "a" keeps being summed while it comes again ...
+        assert!(!s.print_failure(key("a"), s1 + 12_000_000_000));
+        assert_eq!(s.repeated(s1 + 12_000_000_001, true)[0].1, 1);
+        // ... and a failure quiet for a whole window is printed again when it comes back.
+        assert!(s.repeated(s1 + 40_000_000_000, false).is_empty());
+        assert!(s.print_failure(key("a"), s1 + 41_000_000_000));
+    }
+
+    /// However many distinct failures come, the memory of them is bounded: beyond
+    /// `MAX_SEEN` the first of each is printed, and their repeats are one sum.
+    #[test]
+    fn distinct_failures_beyond_the_bound_are_summed_together() {
+        let mut s = Seen::default();
+        for i in 0..MAX_SEEN {
+            assert!(s.print_failure(key(&format!("c{i}")), 1));
+        }
+        assert!(s.print_failure(key("new"), 2));
+        assert!(!s.print_failure(key("newer"), 3));
+        assert!(!s.print_failure(key("new"), 4));
+        let r = s.repeated(20_000_000_000, true);
+        let other = r.last().unwrap();
+        assert_eq!((other.0.call.as_str(), other.1), ("other failures", 3));
+        assert!(s.repeats.len() <= MAX_SEEN);
     }
 }
