@@ -7,11 +7,11 @@ use aya_ebpf::{
     maps::PerCpuHashMap,
 };
 use uvmwatch_common::{
-    counter, node, result, Config, EventHeader, FdInfo, FdKey, LatencyHist, ProcState, COMM_LEN,
-    FD_CLOEXEC, FD_INHERITED,
+    counter, node, result, Config, EventHeader, FdInfo, FdKey, LatencyHist, ProcState, RateWindow,
+    COMM_LEN, FD_CLOEXEC, FD_INHERITED,
 };
 
-use crate::maps::{CONFIG, COUNTERS, EVENTS, FDS, PROCS};
+use crate::maps::{CONFIG, COUNTERS, EVENTS, FAILURE_RATE, FDS, PROCS};
 
 /// How many fork generations an inherited fd is looked up through.
 const INHERIT_DEPTH: usize = 3;
@@ -42,6 +42,47 @@ pub fn ids() -> (u32, u32) {
 pub fn bump(idx: u32) {
     if let Some(p) = COUNTERS.get_ptr_mut(idx) {
         unsafe { *p += 1 };
+    }
+}
+
+/// Whether process `tgid` may send one more failure record now: at most
+/// `Config::failure_events_per_second` in each one-second window. A record held back is
+/// counted in [`counter::THROTTLED`]. Records of calls inside `cuInit`, slow ones and stalls
+/// are never held back (callers ask only for failures outside `cuInit`).
+#[inline(always)]
+pub fn failure_allowed(tgid: u32, now: u64) -> bool {
+    let limit = match config() {
+        Some(c) => c.failure_events_per_second,
+        None => return true,
+    };
+    if limit == 0 {
+        return true;
+    }
+    match FAILURE_RATE.get_ptr_mut(&tgid) {
+        Some(w) => {
+            let w = unsafe { &mut *w };
+            if now.saturating_sub(w.start_ns) >= 1_000_000_000 {
+                w.start_ns = now;
+                w.sent = 1;
+                return true;
+            }
+            if w.sent < limit {
+                w.sent += 1;
+                return true;
+            }
+            bump(counter::THROTTLED);
+            false
+        }
+        None => {
+            let w = RateWindow {
+                start_ns: now,
+                sent: 1,
+                _pad: 0,
+            };
+            // A full LRU map evicts another process's window: never a reason to hold back.
+            let _ = FAILURE_RATE.insert(&tgid, &w, 0);
+            true
+        }
     }
 }
 

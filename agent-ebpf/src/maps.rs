@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use uvmwatch_common::{
     counter, kfunc, CmdInfo, CmdKey, Config, FdInfo, FdKey, InflightCuinit, InflightIoctl,
-    IoctlKey, KfKey, KfResultKey, LatencyHist, OpenEvent, OpenKey, ProcState,
+    IoctlKey, KfKey, KfResultKey, LatencyHist, OpenEvent, OpenKey, ProcState, RateWindow,
 };
 
 /// `BPF_F_NO_PREALLOC`: per-CPU hashes grow with use instead of reserving
@@ -116,3 +116,8 @@ pub static SCRATCH_OPEN: PerCpuArray<OpenEvent> = PerCpuArray::with_max_entries(
 /// A zeroed histogram: the initial value of new [`IOCTL_HIST`] entries.
 #[map]
 pub static ZERO_HIST: PerCpuArray<LatencyHist> = PerCpuArray::with_max_entries(1, 0);
+
+/// Failure records sent per process in the current second (the throttle of
+/// [`crate::helpers::failure_allowed`]); LRU, so a churn of processes recycles entries.
+#[map]
+pub static FAILURE_RATE: LruHashMap<u32, RateWindow> = LruHashMap::with_max_entries(8192, 0);

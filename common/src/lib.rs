@@ -322,8 +322,12 @@ pub mod counter {
     pub const INFLIGHT_FULL: u32 = 1;
     /// The `FDS` map was full: an fd could not be tracked.
     pub const FDS_FULL: u32 = 2;
+    /// A failure record (a failed call or open outside `cuInit`) not sent because its
+    /// process went past [`super::Config::failure_events_per_second`]; the call is counted
+    /// in the aggregates all the same.
+    pub const THROTTLED: u32 = 3;
     /// Number of counters.
-    pub const COUNT: u32 = 3;
+    pub const COUNT: u32 = 4;
 }
 
 /// Runtime settings written by user space into the one-entry `CONFIG` array.
@@ -340,6 +344,21 @@ pub struct Config {
     pub exit_group_dead_off: u32,
     /// 1 once user space has filled the config (programs do nothing before).
     pub ready: u32,
+    /// Failure records (failed calls and opens outside `cuInit`) one process may send per
+    /// second; the rest are counted ([`counter::THROTTLED`]), so a process failing in a loop
+    /// cannot fill the ring buffer for everyone else.
+    pub failure_events_per_second: u32,
+}
+
+/// Value of the `FAILURE_RATE` map (by tgid): failure records sent in the current second.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct RateWindow {
+    /// Start of the one-second window (ns, `CLOCK_MONOTONIC`).
+    pub start_ns: u64,
+    /// Records sent in it.
+    pub sent: u32,
+    pub _pad: u32,
 }
 
 // ---------------------------------------------------------------------------------------------

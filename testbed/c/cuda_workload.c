@@ -2,6 +2,7 @@
  * cuda_workload.c - a minimal CUDA "application" for uvmwatch tests.
  *
  * usage: cuda-workload [--lib PATH] [--wait-ms N] [--flags N] [--fork-child] [--repeat N]
+ *                      [--flood-ms N]
  *
  * Loads libcuda (PATH, or "libcuda.so.1" through the dynamic linker's search)
  * with dlopen(RTLD_NOW), waits --wait-ms milliseconds (default 1500: a tracing
@@ -14,15 +15,25 @@
  * With --fork-child the process then forks (no exec); the child calls cuInit
  * once and prints its own line, and the parent waits for it.
  *
+ * With --flood-ms N the process then floods the agent for N milliseconds: it opens
+ * /dev/nvidia-uvm and issues, as fast as it can, an ioctl the kernel's VFS refuses
+ * before any driver sees it (FICLONE from fd -1: EBADF), every one a failed driver
+ * call on a tracked fd, and prints
+ *
+ *     flood=<calls> per_second=<rate> pid=<pid>
+ *
  * Exit status: 0 if the parent's last cuInit returned 0, 1 if it did not,
  * 2 on a usage, dlopen or dlsym error.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/fs.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -33,7 +44,7 @@ typedef int (*cu_init_fn)(unsigned int);
 static void usage(void)
 {
     fprintf(stderr, "usage: cuda-workload [--lib PATH] [--wait-ms N] [--flags N] "
-                    "[--fork-child] [--repeat N]\n");
+                    "[--fork-child] [--repeat N] [--flood-ms N]\n");
     exit(2);
 }
 
@@ -58,6 +69,32 @@ static void sleep_ms(unsigned long ms)
         ;
 }
 
+/* Failed ioctls on /dev/nvidia-uvm for `ms` milliseconds; returns 0, or 2 when the node
+ * cannot be opened. */
+static int flood(unsigned long ms)
+{
+    int fd = open("/dev/nvidia-uvm", O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        perror("cuda-workload: open /dev/nvidia-uvm");
+        return 2;
+    }
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    unsigned long long calls = 0;
+    double elapsed = 0;
+    do {
+        for (int i = 0; i < 1024; i++)
+            (void)ioctl(fd, FICLONE, -1);
+        calls += 1024;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        elapsed = (double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) / 1e9;
+    } while (elapsed * 1000.0 < (double)ms);
+    printf("flood=%llu per_second=%.0f pid=%d\n", calls, (double)calls / elapsed, (int)getpid());
+    fflush(stdout);
+    close(fd);
+    return 0;
+}
+
 static int call_and_report(cu_init_fn cu_init, unsigned int flags)
 {
     int rc = cu_init(flags);
@@ -73,6 +110,7 @@ int main(int argc, char **argv)
     unsigned long flags = 0;
     unsigned long repeat = 1;
     int fork_child = 0;
+    unsigned long flood_ms = 0;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -88,6 +126,8 @@ int main(int argc, char **argv)
             repeat = parse_number(a, i + 1 < argc ? argv[++i] : NULL);
         } else if (strcmp(a, "--fork-child") == 0) {
             fork_child = 1;
+        } else if (strcmp(a, "--flood-ms") == 0) {
+            flood_ms = parse_number(a, i + 1 < argc ? argv[++i] : NULL);
         } else {
             usage();
         }
@@ -125,6 +165,9 @@ int main(int argc, char **argv)
         while (waitpid(child, &status, 0) < 0 && errno == EINTR)
             ;
     }
+
+    if (flood_ms > 0 && flood(flood_ms) != 0)
+        return 2;
 
     return rc == 0 ? 0 : 1;
 }

@@ -15,7 +15,9 @@ use uvmwatch_common::{
 };
 
 use super::{SysExitArgs, SyscallHead};
-use crate::helpers::{add_sample, bump, config, count, emit, failed, header, ids, resolve_fd};
+use crate::helpers::{
+    add_sample, bump, config, count, emit, failed, failure_allowed, header, ids, resolve_fd,
+};
 use crate::maps::{
     CMDS, INFLIGHT_CUINIT, INFLIGHT_IOCTL, IOCTL_HIST, IOCTL_RESULTS, PROCS, ZERO_HIST,
 };
@@ -154,6 +156,11 @@ fn try_ioctl_exit(ctx: &TracePointContext) -> Option<()> {
 
     let failed = failed(kind, code);
     let slow = config().map(|c| dur >= c.slow_ioctl_ns).unwrap_or(false);
+    // A failure outside cuInit, neither slow nor part of a start-up: subject to the process's
+    // failure-record budget (the aggregates above counted it already).
+    if failed && !slow && call.in_cuinit == 0 && !failure_allowed(tgid, now) {
+        return Some(());
+    }
     if failed || slow || call.in_cuinit != 0 {
         let mut flags = 0;
         if failed {

@@ -14,7 +14,7 @@ use uvmwatch_common::{
 };
 
 use super::{SysExitArgs, SyscallHead, O_CLOEXEC};
-use crate::helpers::{config, count, emit, header, ids, track_fd};
+use crate::helpers::{config, count, emit, failure_allowed, header, ids, track_fd};
 use crate::maps::{INFLIGHT_CUINIT, OPENS, PENDING_OPEN, SCRATCH_OPEN};
 
 /// `O_ACCMODE` and `O_RDONLY` (`include/uapi/asm-generic/fcntl.h`).
@@ -278,7 +278,13 @@ fn try_open_exit(ctx: &TracePointContext) -> Option<()> {
         };
         track_fd(tgid, ret as u32, ev.node, ev.minor, fl, now);
     }
-    if ret < 0 || ev.flags & OPEN_IN_CUINIT != 0 {
+    let in_cuinit = ev.flags & OPEN_IN_CUINIT != 0;
+    // A failed open outside cuInit is subject to the process's failure-record budget (the
+    // `OPENS` counter above counted it already).
+    if ret < 0 && !in_cuinit && !failure_allowed(tgid, now) {
+        return Some(());
+    }
+    if ret < 0 || in_cuinit {
         emit(ev);
     }
     Some(())

@@ -37,6 +37,7 @@ pub fn probes(libcuda: Vec<PathBuf>, g: &super::Global) -> anyhow::Result<ExitCo
     let mut k = kernel::Kernel::load(&kernel::KernelSettings {
         slow_ioctl_ns: 1_000_000_000,
         layout: &layout,
+        failure_events_per_second: kernel::FAILURE_EVENTS_PER_SECOND,
     })?;
     let mut d = discovery::Discovery::new();
     let mut targets: Vec<discovery::LibTarget> = Vec::new();

@@ -42,7 +42,13 @@ pub struct KernelSettings<'a> {
     pub slow_ioctl_ns: u64,
     /// The driver release whose params layouts statuses are read with.
     pub layout: &'a Layout,
+    /// Failure records one process may send per second (0: no limit).
+    pub failure_events_per_second: u32,
 }
+
+/// [`KernelSettings::failure_events_per_second`] by default: far above what a failing start
+/// produces (a cuInit is a few hundred calls), far below what fills the ring buffer.
+pub const FAILURE_EVENTS_PER_SECOND: u32 = 200;
 
 /// A libcuda file with `cuInit` probes attached.
 #[derive(Debug)]
@@ -196,6 +202,7 @@ impl Kernel {
             fork_child_pid_off: fork_off.unwrap_or(44),
             exit_group_dead_off: exit_off.unwrap_or(0),
             ready: 1,
+            failure_events_per_second: s.failure_events_per_second,
         };
         if fork_off.is_none() {
             tracing::warn!("sched_process_fork format not readable; assuming child_pid at 44");

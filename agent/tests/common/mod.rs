@@ -157,10 +157,23 @@ impl Agent {
 
     /// Records with `"event": name`.
     pub fn events(&self, name: &str) -> Vec<Value> {
-        self.records()
-            .into_iter()
-            .filter(|v| v["event"] == name)
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, v)| v["event"] == name)
+            .map(|(_, v)| v.clone())
             .collect()
+    }
+
+    /// How many records match `pred` (without copying them: cheap under a flood).
+    pub fn count(&self, pred: impl Fn(&Value) -> bool) -> usize {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, v)| pred(v))
+            .count()
     }
 
     /// Waits for a record matching `pred`; returns it with the time it was read.

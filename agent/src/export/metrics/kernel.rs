@@ -292,6 +292,14 @@ impl Collector for KernelCollector {
             )],
         ));
         out.push(family(
+            "uvmwatch_events_throttled_total",
+            MetricType::COUNTER,
+            vec![counter_metric(
+                vec![],
+                c[counter::THROTTLED as usize] as f64,
+            )],
+        ));
+        out.push(family(
             "uvmwatch_kernel_map_full_total",
             MetricType::COUNTER,
             vec![
