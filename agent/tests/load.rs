@@ -56,7 +56,7 @@ fn a_hang_is_reported_in_time_under_a_flood_of_failed_calls() {
     let start = Instant::now();
     let mut health = Vec::new();
     let stall = loop {
-        health.push((agent.get("/healthz").0, 200));
+        health.push((agent.get("/healthz").0, agent.get("/readyz").0));
         if let Some(v) = agent.wait_event(
             |v| {
                 v["event"] == "stall"

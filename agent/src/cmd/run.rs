@@ -7,12 +7,7 @@ use anyhow::Context;
 use super::Global;
 use crate::{
     event::Listener,
-    export::{
-        http::{self, Heartbeat},
-        log::LogListener,
-        metrics::Metrics,
-        otlp,
-    },
+    export::{health::Health, http, log::LogListener, metrics::Metrics, otlp, systemd},
     observer::{diagnosis::FactsFrom, driver::DriverFrom, Observer, RunConfig},
 };
 
@@ -115,9 +110,9 @@ pub fn run(a: RunArgs, g: &Global) -> anyhow::Result<ExitCode> {
         evidence_refresh: a.evidence_refresh,
     };
     let metrics = Metrics::with_workload_labels(a.workload_labels)?;
-    let heartbeat = Heartbeat::new();
+    let health = Health::new();
     let mut listeners: Vec<Box<dyn Listener>> =
-        vec![Box::new(metrics.listener()), Box::new(heartbeat.clone())];
+        vec![Box::new(metrics.listener()), Box::new(health.clone())];
     if let Some(endpoint) = a.otlp_endpoint {
         let mut c = otlp::OtlpConfig::new(endpoint);
         c.headers = a.otlp_headers;
@@ -141,10 +136,13 @@ pub fn run(a: RunArgs, g: &Global) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("listening on {} (choose another with --listen)", a.listen))?;
         metrics.collect_kernel(observer.kernel_handle())?;
         observer.start(listeners, &tcp.local_addr()?.to_string());
-        let server = tokio::spawn(http::serve(tcp, metrics, heartbeat));
+        let server = tokio::spawn(http::serve(tcp, metrics, health.clone()));
+        let notifier = tokio::spawn(systemd::notify(health));
         let r = observer.run(std::future::pending()).await;
-        server.abort();
-        let _ = server.await;
+        for task in [server, notifier] {
+            task.abort();
+            let _ = task.await;
+        }
         r
     })?;
     Ok(ExitCode::SUCCESS)

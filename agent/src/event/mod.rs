@@ -144,6 +144,8 @@ pub enum Kind {
         probes: Vec<(ProbeSpec, ProbeState)>,
         /// libcuda files with `cuInit` probes.
         libcuda_targets: usize,
+        /// What the agent can see here, feature by feature.
+        features: Vec<crate::observer::features::Feature>,
     },
     /// The diagnosis facts changed.
     EvidenceChanged,
@@ -462,6 +464,8 @@ pub struct Scan {
     pub dropped_total: u64,
     /// Of those, the ones lost here (undecodable).
     pub undecodable_total: u64,
+    /// The ring buffer was emptied before this pass: decoding keeps up.
+    pub caught_up: bool,
 }
 
 /// A consumer of events. Called on the observer's loop: keep it quick (a network exporter
@@ -682,6 +686,7 @@ pub(crate) mod testing {
                 cuinit_in_flight: 0,
                 dropped_total,
                 undecodable_total: 0,
+                caught_up: true,
             }),
         )
     }

@@ -14,6 +14,7 @@
 pub mod calls;
 pub mod diagnosis;
 pub mod driver;
+pub mod features;
 mod handlers;
 mod kernel_side;
 pub mod stall;
@@ -127,6 +128,10 @@ pub struct Observer<K: KernelSide = Kernel> {
     /// The last drain emptied the ring: a call missing from the in-flight maps then really
     /// ended without an exit record (not one still queued).
     caught_up: bool,
+    /// The capabilities this process holds and whether the kernel has kprobes, for the
+    /// [`features`] said with each probe-table change.
+    caps: crate::host::caps::Capabilities,
+    kprobes: bool,
 }
 
 impl Observer<Kernel> {
@@ -286,6 +291,8 @@ impl<K: KernelSide> Observer<K> {
             listeners: Vec::new(),
             undecodable: 0,
             caught_up: true,
+            caps: crate::host::caps::Capabilities::of_this_process(),
+            kprobes: crate::kernel::kprobes_supported(),
         }
     }
 
@@ -394,11 +401,13 @@ impl<K: KernelSide> Observer<K> {
             let k = self.kernel();
             (k.probe_states(), k.libcuda_targets())
         };
+        let features = features::assess(&probes, &self.caps, self.kprobes);
         self.dispatch(Event::agent(
             clock::monotonic_ns(),
             Kind::ProbesChanged {
                 probes,
                 libcuda_targets,
+                features,
             },
         ));
     }
@@ -436,6 +445,7 @@ impl<K: KernelSide> Observer<K> {
             cuinit_in_flight,
             dropped_total: kernel_drops + self.undecodable,
             undecodable_total: self.undecodable,
+            caught_up: self.caught_up,
         }
     }
 

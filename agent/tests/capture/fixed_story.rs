@@ -181,6 +181,7 @@ pub(crate) fn story() -> Capture {
             cuinit_in_flight: 1,
             dropped_total: 3,
             undecodable_total: 0,
+            caught_up: true,
         }),
     );
     r.record(&scan, t0 + 3 * S + 500 * MS);

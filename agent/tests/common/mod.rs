@@ -95,6 +95,11 @@ pub struct Agent {
 impl Agent {
     /// Starts `uvmwatch run` with JSON logs and `extra` flags; waits until it is running.
     pub fn start(extra: &[&str]) -> Agent {
+        Agent::start_with_env(extra, &[])
+    }
+
+    /// [`Agent::start`] with these environment variables set too.
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Agent {
         let port = free_port();
         let listen = format!("127.0.0.1:{port}");
         let mut child = Command::new(env!("CARGO_BIN_EXE_uvmwatch"))
@@ -108,6 +113,7 @@ impl Agent {
                 &listen,
             ])
             .args(extra)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -59,6 +59,8 @@ pub struct LogListener {
     seen: text::Seen,
     /// The probe table was logged (once, at start, at debug level).
     probes_logged: bool,
+    /// Features said to be off (each once, at WARN, until it comes back on).
+    features_off: std::collections::BTreeSet<&'static str>,
 }
 
 impl LogListener {
@@ -73,6 +75,7 @@ impl LogListener {
             format,
             seen: text::Seen::with_window(window),
             probes_logged: false,
+            features_off: Default::default(),
         }
     }
 }
@@ -240,11 +243,27 @@ impl crate::event::Listener for LogListener {
                     );
                 }
             }
-            Kind::ProbesChanged { probes, .. } => {
+            Kind::ProbesChanged {
+                probes, features, ..
+            } => {
                 if !self.probes_logged {
                     self.probes_logged = true;
                     for (spec, st) in probes {
                         tracing::debug!(target: TARGET, probe = spec.label, state = %st, "probe");
+                    }
+                }
+                for f in features {
+                    if f.on {
+                        self.features_off.remove(f.name);
+                    } else if self.features_off.insert(f.name) {
+                        tracing::warn!(
+                            target: TARGET,
+                            event = "feature_off",
+                            feature = f.name,
+                            lost = f.lost,
+                            reason = %f.why,
+                            "a feature is off: what it gives is not seen"
+                        );
                     }
                 }
             }

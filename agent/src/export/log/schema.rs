@@ -449,6 +449,16 @@ pub const RECORDS: &[Record] = &[
         fields: &DRIVER_LAYOUT,
     },
     Record {
+        event: "feature_off",
+        level: "WARN",
+        message: "a feature is off: what it gives is not seen",
+        fields: &[
+            f("feature", "the feature (the `feature` label of `uvmwatch_feature_enabled`)"),
+            f("lost", "what the agent does not see while it is off"),
+            f("reason", "why: the probe the kernel refused, or the capability not held"),
+        ],
+    },
+    Record {
         event: "evidence_changed",
         level: "DEBUG",
         message: "diagnosis facts changed",

@@ -55,6 +55,8 @@ pub struct Metrics {
     pub probe_attached: IntGaugeVec,
     /// `uvmwatch_libcuda_targets`.
     pub libcuda_targets: IntGauge,
+    /// `uvmwatch_feature_enabled{feature}`.
+    pub feature_enabled: IntGaugeVec,
     /// `uvmwatch_diagnosis{rule,severity}`.
     pub diagnosis: IntGaugeVec,
     /// `uvmwatch_ioctl_layout_info{driver_version,layout,selection}`.
@@ -91,6 +93,7 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     ("uvmwatch_diagnosis", "gauge", "1 while a diagnosis rule has an active finding of this severity (from the host's state, or from a stall or failure within --diagnosis-ttl), 0 after it cleared; no series before the first finding. Rules and runbooks: docs/doctor.md."),
     ("uvmwatch_probe_attached", "gauge", "1 when the probe is attached, else 0 (see `uvmwatch probes` for the reason)."),
     ("uvmwatch_libcuda_targets", "gauge", "Distinct libcuda files (device, inode) with cuInit probes attached."),
+    ("uvmwatch_feature_enabled", "gauge", "1 when the feature works on this host, 0 when it is off (a probe the kernel refused, a capability not held; the log says why once, event feature_off): driver_calls, cuinit_calls, container_libcuda, kernel_stacks, kernel_log, kernel_functions (docs/capabilities.md)."),
 ];
 
 /// Labels of each family, for the reference page.
@@ -123,6 +126,7 @@ const FAMILY_LABELS: &[(&str, &str)] = &[
     ("uvmwatch_diagnosis", "rule, severity"),
     ("uvmwatch_probe_attached", "probe"),
     ("uvmwatch_libcuda_targets", ""),
+    ("uvmwatch_feature_enabled", "feature"),
 ];
 
 /// The metrics reference (`docs/metrics.md`), generated from [`FAMILIES`] so it cannot drift
@@ -224,6 +228,10 @@ impl Metrics {
         )?;
         let libcuda_targets =
             IntGauge::new("uvmwatch_libcuda_targets", help("uvmwatch_libcuda_targets"))?;
+        let feature_enabled = IntGaugeVec::new(
+            Opts::new("uvmwatch_feature_enabled", help("uvmwatch_feature_enabled")),
+            &["feature"],
+        )?;
         let diagnosis = IntGaugeVec::new(
             Opts::new("uvmwatch_diagnosis", help("uvmwatch_diagnosis")),
             &["rule", "severity"],
@@ -256,6 +264,7 @@ impl Metrics {
             Box::new(stalled.clone()),
             Box::new(probe_attached.clone()),
             Box::new(libcuda_targets.clone()),
+            Box::new(feature_enabled.clone()),
             Box::new(diagnosis.clone()),
             Box::new(ioctl_layout.clone()),
             Box::new(build),
@@ -272,6 +281,7 @@ impl Metrics {
             stalled,
             probe_attached,
             libcuda_targets,
+            feature_enabled,
             diagnosis,
             ioctl_layout,
             user_drops,
@@ -403,9 +413,15 @@ impl Listener for MetricsListener {
             Kind::ProbesChanged {
                 probes,
                 libcuda_targets,
+                features,
             } => {
                 m.set_probes(probes);
                 m.libcuda_targets.set(*libcuda_targets as i64);
+                for f in features {
+                    m.feature_enabled
+                        .with_label_values(&[f.name])
+                        .set(f.on as i64);
+                }
             }
             Kind::ActiveFindings(a) => {
                 for (rule, sev) in &a.cleared {
