@@ -229,4 +229,8 @@ pub struct Observations {
     pub kernel_signals: Vec<String>,
     /// Probes that were not available, with why (a rule then lists what it could not see).
     pub unavailable_probes: Vec<String>,
+    /// Seconds the first successful open of a GPU node (`/dev/nvidia<N>`) inside this
+    /// `cuInit` took: without persistence the driver brings the GPU up in that open.
+    #[serde(default)]
+    pub first_gpu_open_seconds: Option<f64>,
 }

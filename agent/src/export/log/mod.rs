@@ -471,6 +471,7 @@ impl LogListener {
                 trigger = d.trigger.as_str(),
                 rule = %f.rule,
                 severity = f.severity.as_str(),
+                basis = f.basis.as_str(),
                 title = %f.title,
                 runbook = %f.runbook,
                 "finding from the host's state"
@@ -489,6 +490,7 @@ impl LogListener {
             pid,
             rule = %f.rule,
             severity = f.severity.as_str(),
+            basis = f.basis.as_str(),
             confidence = ?f.confidence,
             title = %f.title,
             evidence = %f.evidence_text(),
@@ -689,6 +691,7 @@ mod tests {
             title: format!("{rule} title"),
             severity: Severity::Critical,
             confidence: Confidence::High,
+            basis: Default::default(),
             evidence: vec![],
             unchecked: vec![],
             fix: vec![FixStep {
