@@ -484,8 +484,9 @@ fn hmm_fix(e: &Evidence) -> Vec<FixStep> {
     if silent && uvm_param(e, "uvm_debug_prints").and_then(param_bool) != Some(true) {
         steps.push(step(
             Where::Host,
-            "To see why before changing anything: turn on UVM's error prints (writable at \
-             runtime), run the failing program once, and read the kernel log.",
+            "Optional, to confirm the cause: turn on UVM's error prints (writable at runtime), \
+             run the failing program once, and look for request_free_mem_region() err in the \
+             kernel log.",
             &[
                 "echo 1 | sudo tee /sys/module/nvidia_uvm/parameters/uvm_debug_prints",
                 "sudo dmesg | grep -E 'nvidia-uvm|request_free_mem_region'",
