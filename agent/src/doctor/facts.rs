@@ -119,6 +119,10 @@ pub struct KernelLog {
     pub api_mismatch: Option<String>,
     /// `RmInitAdapter failed` / `rm_init_adapter failed` lines.
     pub adapter_init_failed: Vec<String>,
+    /// Lines that say why a GPU did not come up (`collect::kernel_log::ADAPTER_CAUSES`:
+    /// the open-module notice, WPR2, BAR, GSP), the first 20.
+    #[serde(default)]
+    pub adapter_causes: Vec<String>,
     /// Soft lockup, RCU stall, hung task, oops, BUG or WARN lines whose report names an
     /// nvidia symbol (`uvm_`, `nv_`, `_nv0`, `nvidia`).
     pub driver_hangs: Vec<String>,
@@ -229,4 +233,8 @@ pub struct Observations {
     pub kernel_signals: Vec<String>,
     /// Probes that were not available, with why (a rule then lists what it could not see).
     pub unavailable_probes: Vec<String>,
+    /// Seconds the first successful open of a GPU node (`/dev/nvidia<N>`) inside this
+    /// `cuInit` took: without persistence the driver brings the GPU up in that open.
+    #[serde(default)]
+    pub first_gpu_open_seconds: Option<f64>,
 }

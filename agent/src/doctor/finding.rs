@@ -51,6 +51,44 @@ impl Confidence {
     }
 }
 
+/// What a finding rests on: what the probes saw of a process, or the host's state alone.
+///
+/// A finding is `observed` when a supporting item of its evidence came from the probes
+/// (`probe:*` sources): it explains a failure, a hang or a slow start that was seen. It is
+/// `static` when it rests on the host's state alone (files, `nvidia-smi`, the kernel log):
+/// a risk, or a failure recorded by the host, that no observed call confirms. At equal
+/// severity an observed finding ranks first, and the live agent attaches only observed
+/// findings to a failed call (`agent/src/observer/diagnosis.rs`).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Basis {
+    /// The host's state alone.
+    #[default]
+    Static,
+    /// What the probes saw.
+    Observed,
+}
+
+impl Basis {
+    /// Lower-case name, as the JSON document and the log write it: `observed`, `static`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Basis::Static => "static",
+            Basis::Observed => "observed",
+        }
+    }
+
+    /// What it means, for the text report.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Basis::Static => "the host's state alone, no failing call seen",
+            Basis::Observed => "what the probes saw",
+        }
+    }
+}
+
 /// One piece of evidence a finding used.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EvidenceItem {
@@ -127,6 +165,10 @@ pub struct Finding {
     pub severity: Severity,
     /// Confidence.
     pub confidence: Confidence,
+    /// What it rests on (`observed` or `static`); findings read before this field existed
+    /// count as static.
+    #[serde(default)]
+    pub basis: Basis,
     /// Evidence used, each with its source.
     pub evidence: Vec<EvidenceItem>,
     /// What the rule could not check and why (e.g. "kprobes unavailable on this kernel").
@@ -178,6 +220,7 @@ mod tests {
             title: "t".into(),
             severity: Severity::Critical,
             confidence: Confidence::High,
+            basis: Basis::Observed,
             evidence: vec![
                 EvidenceItem {
                     what: "uvm_disable_hmm".into(),
@@ -227,6 +270,9 @@ mod tests {
         }
         for s in [Severity::Info, Severity::Warning, Severity::Critical] {
             assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+        for b in [Basis::Static, Basis::Observed] {
+            assert_eq!(serde_json::to_value(b).unwrap(), b.as_str());
         }
     }
 }

@@ -144,6 +144,8 @@ fn render_finding(out: &mut String, f: &Finding, p: &Paint) {
         f.title,
         f.confidence.as_str()
     );
+    // What it rests on: observed (the probes) or static (the host's state alone).
+    let _ = writeln!(out, "  basis: {} ({})", f.basis.as_str(), f.basis.meaning());
     if !f.evidence.is_empty() {
         let _ = writeln!(out, "  evidence:");
         let width = f
@@ -408,6 +410,7 @@ mod tests {
             title: "t".into(),
             severity: sev,
             confidence: Confidence::Low,
+            basis: Default::default(),
             evidence: vec![],
             unchecked: vec![],
             fix: vec![],

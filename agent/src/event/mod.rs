@@ -173,6 +173,10 @@ pub struct CallSummary {
     pub kernel_signals: Vec<String>,
     /// The process was forked, without exec, from one whose `cuInit` had succeeded.
     pub forked_after_parent_init: bool,
+    /// Seconds the first successful open of a GPU node (`/dev/nvidia<N>`) inside it took.
+    pub first_gpu_open_seconds: Option<f64>,
+    /// It was reported as stalled before it returned (its diagnosis came with the stall).
+    pub stalled: bool,
 }
 
 /// `cuInit` returned.

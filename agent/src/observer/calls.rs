@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::{
-    doctor::facts::SeenCall,
+    doctor::{facts::SeenCall, rules::is_gpu_node},
     event::{CallSummary, Ioctl, Open},
 };
 
@@ -89,13 +89,16 @@ impl Calls {
         }
     }
 
-    /// A device open inside the thread's `cuInit`.
-    pub fn open(&mut self, tid: u32, o: &Open) {
+    /// A device open inside the thread's `cuInit`, which took `seconds`. The first
+    /// successful open of a GPU node is timed for the diagnosis (slow without persistence).
+    pub fn open(&mut self, tid: u32, o: &Open, seconds: f64) {
         if let Some(c) = self.by_thread.get_mut(&tid) {
             c.summary.device_opens += 1;
             if let Some(errno) = &o.errno {
                 c.summary.last_failure = Some((format!("open {}", o.path), errno.clone()));
                 c.summary.failed_opens.push((o.path.clone(), errno.clone()));
+            } else if c.summary.first_gpu_open_seconds.is_none() && is_gpu_node(&o.path) {
+                c.summary.first_gpu_open_seconds = Some(seconds);
             }
         }
     }
@@ -149,29 +152,34 @@ mod tests {
             &ioctl("UVM_REGISTER_GPU", "NV_ERR_NO_MEMORY", true),
             0.5,
         );
-        c.open(
-            11,
-            &Open {
-                start_ns: 0,
-                path: "/dev/nvidia0".into(),
-                node: "nvidia0".into(),
-                errno: None,
-                ret: 5,
-                in_cuinit: true,
-                findings: vec![],
-            },
-        );
+        let open = |path: &str, errno: Option<&str>| Open {
+            start_ns: 0,
+            path: path.into(),
+            node: path.trim_start_matches("/dev/").into(),
+            errno: errno.map(str::to_string),
+            ret: if errno.is_some() { -1 } else { 5 },
+            in_cuinit: true,
+            findings: vec![],
+        };
+        // The first successful open of a GPU node is timed; nvidiactl, a failed open and
+        // later opens are not.
+        c.open(11, &open("/dev/nvidiactl", None), 0.001);
+        c.open(11, &open("/dev/nvidia1", Some("EIO")), 0.002);
+        c.open(11, &open("/dev/nvidia0", None), 1.5);
+        c.open(11, &open("/dev/nvidia1", None), 0.004);
         c.kernel_signal(11, "request_free_mem_region = -34 (ERANGE)".into());
         c.ioctl(99, &ioctl("UVM_FREE", "NV_OK", false), 0.0);
         let s = c.so_far(11).unwrap();
         assert_eq!(s.driver_calls, 2);
-        assert_eq!(s.device_opens, 1);
+        assert_eq!(s.device_opens, 4);
+        assert_eq!(s.first_gpu_open_seconds, Some(1.5));
         assert_eq!(
             s.last_failure,
-            Some((
-                "UVM_REGISTER_GPU on /dev/nvidia-uvm".into(),
-                "NV_ERR_NO_MEMORY".into()
-            ))
+            Some(("open /dev/nvidia1".into(), "EIO".into()))
+        );
+        assert_eq!(
+            s.failed_call.as_ref().map(|c| c.call.as_str()),
+            Some("UVM_REGISTER_GPU")
         );
         assert_eq!(s.failed_call.unwrap().seconds, 0.5);
         assert_eq!(s.kernel_signals.len(), 1);

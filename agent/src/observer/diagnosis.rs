@@ -22,7 +22,7 @@ use crate::{
     doctor::{
         bundle, collect,
         facts::{Evidence, Observations, SeenCall},
-        finding::{Finding, Severity},
+        finding::{Basis, Finding, Severity},
         root::Root,
         rules,
     },
@@ -134,15 +134,33 @@ impl Diagnosis {
         changed
     }
 
-    /// Judges an event that can have a cause (a failed `cuInit`, a failed open, a stall):
-    /// attaches the findings to it and keeps them active for the TTL. `unavailable` lists
-    /// the probes not attached (`label: why`), for what the rules could not check.
+    /// Judges an event that can have a cause (a failed `cuInit`, a slow successful one that
+    /// did not stall, a failed open, a stall): attaches the findings that rest on what the
+    /// probes saw ([`Basis::Observed`]) to it and keeps them active for the TTL. A finding
+    /// from the host's state alone is not attached: it is no explanation of this event, and
+    /// it stays what it is, a static finding (trigger `evidence`). `unavailable` lists the
+    /// probes not attached (`label: why`), for what the rules could not check.
     pub fn judge(&mut self, ev: &mut Event, unavailable: impl FnOnce() -> Vec<String>) {
+        if let Kind::CuinitEnd(c) = &ev.kind {
+            let secs = ev.ts_ns.saturating_sub(c.start_ns) as f64 / 1e9;
+            // A success is judged only when it may be slow, in all or in its first GPU
+            // open (and its stall, if it had one, was judged already).
+            let slow_open = c
+                .call
+                .first_gpu_open_seconds
+                .is_some_and(|s| s >= rules::SLOW_FIRST_OPEN_SECONDS);
+            if c.code == 0
+                && (c.call.stalled || (secs < rules::SLOW_INIT_BASE_SECONDS && !slow_open))
+            {
+                return;
+            }
+        }
         let Some(obs) = observations(ev, unavailable) else {
             return;
         };
         let findings: Vec<Arc<Finding>> = rules::diagnose(&self.evidence, &obs)
             .into_iter()
+            .filter(|f| f.basis == Basis::Observed)
             .map(Arc::new)
             .collect();
         let until = ev.ts_ns + self.ttl_ns;
@@ -183,13 +201,13 @@ impl Diagnosis {
     }
 }
 
-/// What the probes saw of the process an event is about, for the rules: for a failed
-/// `cuInit`, a failed device open and a stall (`None` for other events). `unavailable`
-/// gives the probes that are not attached.
+/// What the probes saw of the process an event is about, for the rules: for a `cuInit`
+/// that returned (whatever its result), a failed device open and a stall (`None` for other
+/// events). `unavailable` gives the probes that are not attached.
 pub fn observations(ev: &Event, unavailable: impl FnOnce() -> Vec<String>) -> Option<Observations> {
     let pid = ev.pid();
     let obs = match &ev.kind {
-        Kind::CuinitEnd(c) if c.code != 0 => Observations {
+        Kind::CuinitEnd(c) => Observations {
             pid,
             cuinit_result: Some(c.code),
             cuinit_seconds: Some(ev.ts_ns.saturating_sub(c.start_ns) as f64 / 1e9),
@@ -198,6 +216,7 @@ pub fn observations(ev: &Event, unavailable: impl FnOnce() -> Vec<String>) -> Op
             device_opens: c.call.device_opens,
             forked_after_parent_init: c.call.forked_after_parent_init,
             kernel_signals: c.call.kernel_signals.clone(),
+            first_gpu_open_seconds: c.call.first_gpu_open_seconds,
             ..Observations::default()
         },
         Kind::Open(o) => Observations {
@@ -232,6 +251,7 @@ pub fn observations(ev: &Event, unavailable: impl FnOnce() -> Vec<String>) -> Op
                 device_opens: call.device_opens,
                 forked_after_parent_init: call.forked_after_parent_init,
                 kernel_signals: call.kernel_signals,
+                first_gpu_open_seconds: call.first_gpu_open_seconds,
                 ..Observations::default()
             }
         }

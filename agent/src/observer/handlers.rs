@@ -114,7 +114,8 @@ impl<K: KernelSide> Observer<K> {
             tid: h.tid,
             start_ns: e.start_ns,
         };
-        if self.detector.end(&key).is_some() {
+        call.stalled = self.detector.end(&key).is_some();
+        if call.stalled {
             let ev = self.about(
                 h,
                 Kind::StallEnd(StallEnd {
@@ -222,7 +223,8 @@ impl<K: KernelSide> Observer<K> {
             findings: Vec::new(),
         };
         if o.in_cuinit {
-            self.calls.open(h.tid, &o);
+            let secs = h.ts_ns.saturating_sub(e.start_ns) as f64 / 1e9;
+            self.calls.open(h.tid, &o, secs);
         }
         let ev = self.about(h, Kind::Open(o));
         self.emit(ev);

@@ -21,6 +21,7 @@ use super::{diagnosis::FactsFrom, driver::DriverFrom, KernelSide, Observer, RunC
 use crate::{
     clock,
     decode::record::Record,
+    doctor::finding::Basis,
     event::{CallKind, Event, Kind, Listener, StallOutcome, Trigger},
     kernel::registry::{self, Attach, ProbeSpec, ProbeState},
 };
@@ -397,10 +398,62 @@ fn a_failed_open_is_judged_and_a_good_one_is_not() {
     assert_eq!(bad.errno.as_deref(), Some("ENOENT"));
     assert_eq!(bad.node, "nvidia-uvm");
     assert_eq!(bad.findings[0].rule, "node_or_module_missing");
+    // The incident host has the static HMM risk profile: that finding is no cause of this
+    // ENOENT and is not attached to it (nor any other finding from the host's state alone).
+    assert!(
+        bad.findings.iter().all(|f| f.basis == Basis::Observed),
+        "{:#?}",
+        bad.findings
+    );
+    assert!(bad.findings.iter().all(|f| f.rule != "hmm_setup_failure"));
     assert!(matches!(
         &evs[2].kind,
         Kind::Diagnosis(d) if d.trigger == Trigger::DeviceOpenFailed
     ));
+}
+
+/// A successful cuInit whose first GPU-node open took 1.5 s (the GPU brought up in it) is
+/// judged as a slow start; a quick one is not judged at all.
+#[test]
+fn a_successful_cuinit_with_a_slow_first_gpu_open_is_judged_slow() {
+    let root = fake_proc();
+    let (mut o, rec) = observer(root.path());
+    let t = clock::monotonic_ns();
+    let gpu_open = |tid: u32, start: u64, end: u64| {
+        let mut e = OpenEvent {
+            header: header(EVENT_OPEN, tid, end),
+            start_ns: start,
+            ret: 7,
+            flags: OPEN_IN_CUINIT,
+            node: node::GPU,
+            ..OpenEvent::default()
+        };
+        e.path[.."/dev/nvidia0".len()].copy_from_slice(b"/dev/nvidia0");
+        Record::Open(e)
+    };
+    o.handle(cuinit_enter(PID, t));
+    o.handle(gpu_open(PID, t + MS, t + MS + 1500 * MS));
+    o.handle(cuinit_exit(PID, t, t + 1600 * MS, 0));
+    // Another process: the same start with a 2 ms open.
+    o.handle(cuinit_enter(PID + 1, t));
+    o.handle(gpu_open(PID + 1, t + MS, t + 3 * MS));
+    o.handle(cuinit_exit(PID + 1, t, t + 5 * MS, 0));
+    let evs = rec.take();
+    let ends: Vec<_> = evs
+        .iter()
+        .filter_map(|e| match &e.kind {
+            Kind::CuinitEnd(end) => Some(end),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ends.len(), 2);
+    assert_eq!(ends[0].call.first_gpu_open_seconds, Some(1.5));
+    let rules: Vec<&str> = ends[0].findings.iter().map(|f| f.rule.as_str()).collect();
+    assert_eq!(rules, ["slow_init"], "{:#?}", ends[0].findings);
+    assert!(ends[0].findings[0]
+        .title
+        .contains("first GPU open took 1.5 s"));
+    assert!(ends[1].findings.is_empty(), "{:#?}", ends[1].findings);
 }
 
 #[test]

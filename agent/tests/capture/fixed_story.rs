@@ -165,6 +165,7 @@ pub(crate) fn story() -> Capture {
         title: "cuInit hangs registering the GPU with nvidia-uvm".into(),
         severity: Severity::Critical,
         confidence: Confidence::High,
+        basis: Default::default(),
         evidence: vec![],
         unchecked: vec![],
         fix: vec![],

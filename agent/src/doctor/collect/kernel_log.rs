@@ -16,6 +16,67 @@ pub(super) fn collect_kernel_log(root: &Root) -> Fact<KernelLog> {
     }
 }
 
+/// Why a GPU did not come up, as the driver's own kernel-log lines say it
+/// ([`ADAPTER_CAUSES`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdapterCause {
+    /// The proprietary `nvidia.ko` on a GPU that only the open module supports.
+    Flavor,
+    /// The GPU's WPR2 region is still up from an earlier boot of GSP: it needs a reset.
+    Wpr2,
+    /// A PCI BAR the firmware did not assign (BIOS Above 4G decoding, BAR size).
+    Bar,
+    /// GSP firmware that timed out or could not be initialized.
+    Gsp,
+}
+
+/// Substrings of the driver's kernel-log lines that name why a GPU did not come up, with
+/// where each comes from (NVIDIA open-gpu-kernel-modules at tag 580.65.06 unless noted).
+pub const ADAPTER_CAUSES: &[(&str, AdapterCause)] = &[
+    // Printed by the proprietary module only (not in the open source); public reports
+    // (driver 580.105.08, PCI ID 10de:2c58) show it on two lines, "NVRM: The NVIDIA GPU
+    // 0000:02:00.0 (PCI ID: 10de:2c58)" / "NVRM: installed in this system requires use of
+    // the NVIDIA open kernel modules.", then "RmInitAdapter failed! (0x22:0x56:884)".
+    (
+        "requires use of the NVIDIA open kernel modules",
+        AdapterCause::Flavor,
+    ),
+    // src/nvidia/src/kernel/gpu/gsp/kernel_gsp.c, _kgspBootGspRm: "unexpected WPR2 already
+    // up, cannot proceed with booting GSP" and "(the GPU is likely in a bad state and may
+    // need to be reset)".
+    ("WPR2 already up", AdapterCause::Wpr2),
+    // kernel-open/nvidia/nv-pci.c, nv_pci_validate_bars: "This PCI I/O region assigned to
+    // your NVIDIA device is invalid:" then "BAR%d is %lluM @ 0x%llx (PCI:...)".
+    (
+        "PCI I/O region assigned to your NVIDIA device is invalid",
+        AdapterCause::Bar,
+    ),
+    // kernel-open/nvidia/nv-pci.c, nv_resize_pcie_bars: "No address space to allocate
+    // resized BAR1." and "FATAL: Failed to re-allocate BAR1.".
+    (
+        "No address space to allocate resized BAR1",
+        AdapterCause::Bar,
+    ),
+    ("Failed to re-allocate BAR1", AdapterCause::Bar),
+    // kernel_gsp.c, _kgspLogXid119 (Xid 119, GSP_RPC_TIMEOUT in nverror.h): "Timeout after
+    // %llus of waiting for RPC response from GPU%d GSP! Expected function %d (%s) ...".
+    ("waiting for RPC response from GPU", AdapterCause::Gsp),
+    // src/nvidia/arch/nvalloc/unix/src/osinit.c, RmInitAdapter: "Cannot initialize GSP
+    // firmware RM" (with RM_INIT_FIRMWARE_INIT_FAILED, initStatus 0x62).
+    ("Cannot initialize GSP firmware RM", AdapterCause::Gsp),
+];
+
+/// Most [`KernelLog::adapter_causes`] lines kept (the first ones: the earliest says why).
+pub const MAX_ADAPTER_CAUSE_LINES: usize = 20;
+
+/// The cause a kernel-log line names, when it is one of [`ADAPTER_CAUSES`].
+pub fn adapter_cause(line: &str) -> Option<AdapterCause> {
+    ADAPTER_CAUSES
+        .iter()
+        .find(|(pattern, _)| line.contains(pattern))
+        .map(|(_, cause)| *cause)
+}
+
 /// Most lines of a kernel report (after its first line) searched for nvidia frames.
 const MAX_REPORT_LINES: usize = 120;
 
@@ -26,6 +87,8 @@ const MAX_REPORT_LINES: usize = 120;
 /// - `xids`: the number after `Xid (<pci>):` (`nv_report_error`), in order;
 /// - `api_mismatch`: the last `API mismatch` line;
 /// - `adapter_init_failed`: `RmInitAdapter failed` / `rm_init_adapter failed` lines;
+/// - `adapter_causes`: lines that say why a GPU did not come up ([`ADAPTER_CAUSES`], the
+///   first [`MAX_ADAPTER_CAUSE_LINES`]);
 /// - `driver_hangs`: the first line of each soft lockup, hard lockup, RCU stall, hung task,
 ///   oops, BUG, general protection fault or WARNING report whose lines name an nvidia
 ///   symbol (see [`names_nvidia_symbol`]);
@@ -52,6 +115,9 @@ pub fn parse_kernel_log(text: &str) -> KernelLog {
         }
         if msg.contains("RmInitAdapter failed") || msg.contains("rm_init_adapter failed") {
             log.adapter_init_failed.push(line.to_string());
+        }
+        if log.adapter_causes.len() < MAX_ADAPTER_CAUSE_LINES && adapter_cause(msg).is_some() {
+            log.adapter_causes.push(line.to_string());
         }
         if msg.contains("request_free_mem_region() err") {
             log.hmm_errors.push(line.to_string());
@@ -274,5 +340,35 @@ Jan 15 09:41:40 gpu17 kernel: NVRM: Xid (0000:18:00): 13, Graphics SM Warp Excep
         let log = parse_kernel_log(&many);
         assert_eq!(log.nvidia_lines.len(), MAX_NVIDIA_LINES);
         assert!(log.nvidia_lines[0].ends_with("line 50"));
+    }
+
+    #[test]
+    fn kernel_log_adapter_causes_are_kept_and_classified() {
+        let text = "\
+[    5.559842] NVRM: The NVIDIA GPU 0000:02:00.0 (PCI ID: 10de:2c58)
+               NVRM: installed in this system requires use of the NVIDIA open kernel modules.
+[    5.559858] NVRM: GPU 0000:02:00.0: RmInitAdapter failed! (0x22:0x56:884)
+[   12.100100] NVRM: _kgspBootGspRm: unexpected WPR2 already up, cannot proceed with booting GSP
+[    4.620311] NVRM: This PCI I/O region assigned to your NVIDIA device is invalid:
+[    4.620312] NVRM: BAR1 is 0M @ 0x0 (PCI:0000:18:00.0)
+[    4.620313] NVRM: 0000:18:00.0: Attempting to resize BAR1.
+";
+        let log = parse_kernel_log(text);
+        let causes: Vec<_> = log
+            .adapter_causes
+            .iter()
+            .map(|l| adapter_cause(l).unwrap())
+            .collect();
+        assert_eq!(
+            causes,
+            [AdapterCause::Flavor, AdapterCause::Wpr2, AdapterCause::Bar]
+        );
+        assert_eq!(log.adapter_init_failed.len(), 1);
+        // Bounded: a log that repeats a cause keeps the first lines only.
+        let many = "[ 1.0] NVRM: unexpected WPR2 already up\n".repeat(100);
+        assert_eq!(
+            parse_kernel_log(&many).adapter_causes.len(),
+            MAX_ADAPTER_CAUSE_LINES
+        );
     }
 }

@@ -15,6 +15,17 @@ use serde::{Deserialize, Serialize};
 /// driver makes `nvidia-smi` block; the doctor must still finish.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How the text of a [`CommandError::TimedOut`] starts: a fact read from a command that did
+/// not answer in time says so with this verdict (the rules tell a timeout from the rest by
+/// it, [`timed_out`]).
+pub const TIMED_OUT_VERDICT: &str = "no answer:";
+
+/// Whether the reason a command's output is missing (a [`CommandError`]'s text) is that
+/// it did not finish in time.
+pub fn timed_out(why: &str) -> bool {
+    why.starts_with(TIMED_OUT_VERDICT)
+}
+
 /// Why [`Root::command`](super::Root::command) or [`Root::kernel_log`](super::Root::kernel_log) gave no output. The `Display` text is
 /// meant for users and starts with a short verdict (`not present:`, `failed:`, ...).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,7 +81,7 @@ impl fmt::Display for CommandError {
             }
             CommandError::TimedOut { command, seconds } => write!(
                 f,
-                "no answer: `{command}` did not finish within {seconds} s (a hung driver does this)"
+                "{TIMED_OUT_VERDICT} `{command}` did not finish within {seconds} s (a hung driver does this)"
             ),
             CommandError::Failed {
                 command,

@@ -34,7 +34,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub use command::{CommandError, COMMAND_TIMEOUT};
+pub use command::{timed_out, CommandError, COMMAND_TIMEOUT, TIMED_OUT_VERDICT};
 pub use kmsg::format_kmsg_record;
 pub use live::{Live, OPEN_TIMED_OUT, OPEN_TIMEOUT};
 pub use record::{Recorded, Recorder};

@@ -8,7 +8,7 @@ use uvmwatch_testbed::snapshot::SnapshotSpec;
 use super::super::facts::{Evidence, Observations};
 use super::super::finding::{Confidence, Finding, Severity, Where};
 use super::super::fixtures::snapshot_evidence;
-use super::{diagnose, RULES};
+use super::{diagnose, settle_basis, AGAINST, RULES};
 
 /// What every finding of `rule` must carry: its id and runbook, a title, evidence each with
 /// a value and a source, and a fix whose steps say what they do.
@@ -20,6 +20,12 @@ pub fn well_formed(f: &Finding, rule: &str) {
     for i in &f.evidence {
         assert!(!i.source.is_empty(), "{rule}: {:?} has no source", i.what);
         assert!(!i.value.is_empty(), "{rule}: {:?} has no value", i.what);
+        assert!(
+            !cites_an_absent_fact(&i.value),
+            "{rule}: evidence {:?} cites an absent fact as support: {:?}",
+            i.what,
+            i.value
+        );
     }
     assert!(!f.fix.is_empty(), "{rule}: no fix");
     for s in &f.fix {
@@ -27,17 +33,40 @@ pub fn well_formed(f: &Finding, rule: &str) {
     }
 }
 
-/// Runs the rule `id` alone; its finding, if any, is [`well_formed`].
+/// Whether an evidence value is an absent or negative fact written as if it supported the
+/// finding: a bare `None`, `N/A`, `not set`, `unknown` (alone, as one entry of a list, or
+/// as `KEY=not set`). Such a fact belongs under "could not check", or in an item whose
+/// value starts with [`AGAINST`]; an absence that is itself the signal says so in words
+/// (`absent`, `not loaded`, `none: the driver was never reached`).
+pub fn cites_an_absent_fact(value: &str) -> bool {
+    if value.starts_with(AGAINST) {
+        return false;
+    }
+    const ABSENT: &[&str] = &["none", "n/a", "not set", "unknown", "null", "(null)", "-"];
+    let v = value.trim().to_ascii_lowercase();
+    v.is_empty()
+        || v.contains("=not set")
+        || v.split([',', ';'])
+            .map(str::trim)
+            .any(|part| ABSENT.contains(&part))
+}
+
+/// Runs the rule `id` alone; its finding, if any, is [`well_formed`] and carries its basis.
 pub fn run(id: &str, e: &Evidence, o: &Observations) -> Option<Finding> {
     let rule = RULES.iter().find(|r| r.id == id).expect("rule id");
-    let f = (rule.check)(e, o)?;
+    let f = settle_basis((rule.check)(e, o)?);
     well_formed(&f, id);
     Some(f)
 }
 
-/// Diagnoses the snapshot tree of `spec` with what the probes saw.
+/// Diagnoses the snapshot tree of `spec` with what the probes saw; every finding is
+/// [`well_formed`].
 pub fn diagnose_spec(spec: &SnapshotSpec, o: &Observations) -> Vec<Finding> {
-    diagnose(&snapshot_evidence(spec), o)
+    let fs = diagnose(&snapshot_evidence(spec), o);
+    for f in &fs {
+        well_formed(f, &f.rule.clone());
+    }
+    fs
 }
 
 /// The finding of `rule` among `fs`, if any.

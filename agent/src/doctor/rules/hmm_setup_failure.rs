@@ -10,9 +10,9 @@
 use super::super::facts::{Evidence, Observations};
 use super::super::finding::{Confidence, Finding, FixStep, Severity, Where};
 use super::{
-    call_text, cu, cuinit_is, driver, finding, host_only_note, item, klog, probe_unavailable,
-    push_cuinit, push_cuinit_unchecked, smi, step, unknown, REGISTER_GPU, SRC_IOCTL, SRC_KPROBE,
-    SRC_OPENAT,
+    against, call_text, cu, cuinit_is, driver, finding, host_only_note, item, klog,
+    probe_unavailable, push_cuinit, push_cuinit_unchecked, smi, step, unknown, REGISTER_GPU,
+    SRC_IOCTL, SRC_KPROBE, SRC_OPENAT,
 };
 use crate::decode::nvidia::cu_result_name;
 
@@ -31,12 +31,18 @@ pub const HMM_CONF: &str = "/etc/modprobe.d/uvmwatch-disable-hmm.conf";
 /// HMM set-up failure: nvidia_uvm's HMM device-memory set-up fails (or hangs) on the running
 /// kernel (open module only).
 ///
-/// Fires critical on a failing or hanging `UVM_REGISTER_GPU` (`probe:ioctl`), on
-/// `request_free_mem_region() err` lines in the kernel log (`uvm_debug_prints=1`), or on a
-/// `request_free_mem_region` = -34 kernel signal. Without any of them (plain `doctor`) it
-/// fires a warning only for the risk profile: open module, `uvm_disable_hmm=N`, an HMM kernel,
-/// KASLR on and a kernel without the upstream fix. Never fires with `uvm_disable_hmm=Y`,
-/// the proprietary module, a kernel without HMM, or ATS addressing.
+/// Fires critical, on any kernel, when the failure is observed: a failing or hanging
+/// `UVM_REGISTER_GPU` (`probe:ioctl`), `request_free_mem_region() err` lines in the kernel
+/// log (`uvm_debug_prints=1`), a `request_free_mem_region` = -34 kernel signal, or a `cuInit`
+/// 3/802 after good device opens where the ioctl probes could not see the calls. Public
+/// HMM set-up failures exist on 6.12 and 6.13 kernels too (fixed by `uvm_disable_hmm=1`),
+/// so the kernel only moves the confidence ([`confidence`]): the known KASLR cause (KASLR
+/// on, a kernel before the upstream fix) raises it, KASLR off or a fixed kernel lowers it,
+/// and so does a kernel log that stayed silent with `uvm_debug_prints=1`. Without any
+/// observed failure (plain `doctor`) it fires a static warning only for the known cause's
+/// profile: open module, `uvm_disable_hmm=N`, an HMM kernel, KASLR on and a kernel without
+/// the upstream fix. Never fires with `uvm_disable_hmm=Y`, the proprietary module, a kernel
+/// without HMM, or ATS addressing.
 pub(super) fn check(e: &Evidence, o: &Observations) -> Option<Finding> {
     // The set-up seen failing in the kernel itself (the driver's own error line, or the
     // allocator's error caught by a kprobe inside a UVM ioctl) is direct evidence: it
@@ -89,29 +95,16 @@ pub(super) fn check(e: &Evidence, o: &Observations) -> Option<Finding> {
     }
 
     let defining = !log_errors.is_empty() || ksignal.is_some();
-    let base = if defining
-        || reg_hung.is_some()
-        || reg_failed.is_some_and(|c| c.result == NV_ERR_NO_MEMORY)
-    {
-        Confidence::High
+    let seen = if defining {
+        Seen::Defining
+    } else if reg_hung.is_some() || reg_failed.is_some_and(|c| c.result == NV_ERR_NO_MEMORY) {
+        Seen::RegisterNoMemoryOrHang
     } else if reg_failed.is_some() {
-        // A status other than the NV_ERR_NO_MEMORY this failure gives.
-        Confidence::Medium
+        Seen::RegisterOther
     } else {
-        Confidence::Low
+        Seen::Blind
     };
-    // The known cause needs the open module, HMM allowed, KASLR on and HMM addressing: one
-    // step lower when any of that is unknown or contradicted (the kernel's own error line
-    // needs no such support).
-    let profile = driver(e).is_some_and(|d| d.open_module)
-        && hmm_disabled(e) == Some(false)
-        && kaslr_on(e) == Some(true)
-        && !addressing_modes(e).is_some_and(|m| m.iter().all(|x| *x == "None"));
-    let confidence = if defining || profile {
-        base
-    } else {
-        lower(base)
-    };
+    let confidence = confidence(e, seen, reg_hung.is_some());
 
     let title = if let Some(c) = reg_hung {
         format!(
@@ -131,7 +124,8 @@ pub(super) fn check(e: &Evidence, o: &Observations) -> Option<Finding> {
         "nvidia_uvm HMM set-up failed: request_free_mem_region() error".to_string()
     } else {
         format!(
-            "cuInit failed ({}) where nvidia_uvm HMM set-up is known to fail",
+            "cuInit failed ({}) after good device opens with nvidia_uvm HMM on: HMM set-up \
+             likely failed",
             o.cuinit_result.map(cu_result_name).unwrap_or_default()
         )
     };
@@ -170,6 +164,73 @@ pub(super) fn check(e: &Evidence, o: &Observations) -> Option<Finding> {
     push_cuinit_unchecked(&mut f, o);
     f.fix = hmm_fix(e);
     Some(f)
+}
+
+/// What was seen of an HMM set-up failure, strongest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Seen {
+    /// The kernel's own error: a `request_free_mem_region() err` line or its -34 caught
+    /// by a kprobe.
+    Defining,
+    /// `UVM_REGISTER_GPU` returned `NV_ERR_NO_MEMORY` (what a failed set-up returns) or has
+    /// not returned.
+    RegisterNoMemoryOrHang,
+    /// `UVM_REGISTER_GPU` returned another status.
+    RegisterOther,
+    /// `cuInit` 3/802 after good opens, the ioctls not seen.
+    Blind,
+}
+
+/// How sure an observed HMM set-up failure is: from what was seen ([`Seen`]), then one step
+/// lower for each fact against it, one higher for the known cause's profile:
+/// - the kernel's own error line or -34 stays high: it needs no support;
+/// - lower when the open module, `uvm_disable_hmm=N` and a GPU with HMM (or no addressing
+///   mode printed) are not all known to hold;
+/// - lower when the known KASLR cause is ruled out (KASLR off, or a kernel with the upstream
+///   fix): HMM set-up also fails on fixed kernels, but less is known of why;
+/// - higher for a blind `cuInit` failure when the known cause applies (KASLR on, a kernel
+///   before the fix), at most medium: the failing call was not seen;
+/// - lower for a failure (not a hang) when `uvm_debug_prints=1` and the kernel log holds no
+///   `request_free_mem_region()` error: UVM would have printed it.
+fn confidence(e: &Evidence, seen: Seen, hang: bool) -> Confidence {
+    let mut c = match seen {
+        Seen::Defining => return Confidence::High,
+        Seen::RegisterNoMemoryOrHang => Confidence::High,
+        Seen::RegisterOther => Confidence::Medium,
+        Seen::Blind => Confidence::Low,
+    };
+    let profile = driver(e).is_some_and(|d| d.open_module)
+        && hmm_disabled(e) == Some(false)
+        && addressing_modes(e).is_none_or(|m| m.contains(&"HMM"));
+    if !profile {
+        c = lower(c);
+    }
+    match kaslr_cause(e) {
+        Some(false) => c = lower(c),
+        Some(true) if seen == Seen::Blind && profile => c = Confidence::Medium,
+        _ => {}
+    }
+    if !hang && debug_prints_silent(e) {
+        c = lower(c);
+    }
+    c
+}
+
+/// Whether the known cause applies: `Some(true)` with KASLR on and a kernel before the
+/// upstream fix, `Some(false)` with KASLR off or a fixed kernel, `None` when unknown.
+fn kaslr_cause(e: &Evidence) -> Option<bool> {
+    match (kaslr_on(e), kernel_has_kaslr_fix(e)) {
+        (Some(false), _) | (_, Some(true)) => Some(false),
+        (Some(true), Some(false)) => Some(true),
+        _ => None,
+    }
+}
+
+/// `uvm_debug_prints=1` and a kernel log read without any `request_free_mem_region()`
+/// error: a failed set-up would have printed one.
+fn debug_prints_silent(e: &Evidence) -> bool {
+    uvm_param(e, "uvm_debug_prints").and_then(param_bool) == Some(true)
+        && klog(e).is_some_and(|l| l.hmm_errors.is_empty())
 }
 
 /// Static-only warning: the host matches the profile of the known KASLR/HMM issue.
@@ -212,66 +273,117 @@ fn hmm_risk_warning(e: &Evidence, o: &Observations) -> Option<Finding> {
     Some(f)
 }
 
-/// The HMM risk profile, as far as it is known.
+/// The HMM risk profile, as far as it is known: each fact that supports the finding as
+/// support, each that argues against it as an [`against`] item (never a negative fact
+/// written as support).
 fn push_hmm_profile(f: &mut Finding, e: &Evidence) {
     if let Some(d) = driver(e) {
-        let flavor = if d.open_module {
-            "open kernel module"
+        if d.open_module {
+            f.evidence.push(item(
+                "driver",
+                format!("{} open kernel module", d.version),
+                e.driver.source.clone(),
+            ));
         } else {
-            "proprietary kernel module"
-        };
-        f.evidence.push(item(
-            "driver",
-            format!("{} {flavor}", d.version),
-            e.driver.source.clone(),
-        ));
+            f.evidence.push(against(
+                "driver",
+                format!("{} proprietary kernel module: it has no HMM", d.version),
+                e.driver.source.clone(),
+            ));
+        }
     }
     if let Some(v) = uvm_param(e, "uvm_disable_hmm") {
-        f.evidence.push(item(
-            "uvm_disable_hmm",
-            format!("{v} (HMM allowed)"),
-            e.uvm_params.source.clone(),
-        ));
+        let i = match param_bool(v) {
+            Some(false) => item(
+                "uvm_disable_hmm",
+                format!("{v} (HMM allowed)"),
+                e.uvm_params.source.clone(),
+            ),
+            _ => against(
+                "uvm_disable_hmm",
+                format!("{v} (HMM disabled)"),
+                e.uvm_params.source.clone(),
+            ),
+        };
+        f.evidence.push(i);
     }
     if let Some(cfg) = e.kernel_config.get() {
-        let v: Vec<String> = ["CONFIG_HMM_MIRROR", "CONFIG_DEVICE_PRIVATE"]
+        let keys = ["CONFIG_HMM_MIRROR", "CONFIG_DEVICE_PRIVATE"];
+        let missing: Vec<&str> = keys
             .iter()
-            .map(|k| {
-                format!(
-                    "{k}={}",
-                    cfg.get(*k).map(String::as_str).unwrap_or("not set")
-                )
-            })
+            .copied()
+            .filter(|k| cfg.get(*k).is_none_or(|v| v != "y"))
             .collect();
-        f.evidence.push(item(
-            "kernel HMM support",
-            v.join(" "),
-            e.kernel_config.source.clone(),
-        ));
+        let source = e.kernel_config.source.clone();
+        f.evidence.push(if missing.is_empty() {
+            item(
+                "kernel HMM support",
+                keys.map(|k| format!("{k}=y")).join(" "),
+                source,
+            )
+        } else {
+            against(
+                "kernel HMM support",
+                format!(
+                    "{} not built in: the kernel cannot do HMM",
+                    missing.join(", ")
+                ),
+                source,
+            )
+        });
     }
     if let Some(m) = addressing_modes(e) {
-        f.evidence
-            .push(item("addressing mode", m.join(", "), e.smi.source.clone()));
+        let hmm = m.iter().filter(|x| **x == "HMM").count();
+        let source = e.smi.source.clone();
+        f.evidence.push(if hmm == m.len() {
+            item("addressing mode", m.join(", "), source)
+        } else if hmm > 0 {
+            item(
+                "addressing mode",
+                format!("HMM on {hmm} of {} GPU(s)", m.len()),
+                source,
+            )
+        } else {
+            against(
+                "addressing mode",
+                format!("{}: no GPU uses HMM", m.join(", ")),
+                source,
+            )
+        });
     }
     if let Some((on, why, source)) = kaslr(e) {
-        let value = if on {
-            format!("on ({why})")
+        f.evidence.push(if on {
+            item("KASLR", format!("on ({why})"), source)
         } else {
-            format!("off ({why}): the known KASLR cause does not apply")
-        };
-        f.evidence.push(item("KASLR", value, source));
+            against(
+                "KASLR",
+                format!("off ({why}): the known KASLR cause does not apply"),
+                source,
+            )
+        });
     }
     if let Some(k) = e.kernel.get() {
-        let fix = if k.version >= KASLR_FIX_KERNEL {
-            "has the x86/kaslr fix (mainline 6.11+)"
+        let source = e.kernel.source.clone();
+        f.evidence.push(if k.version >= KASLR_FIX_KERNEL {
+            against(
+                "kernel",
+                format!(
+                    "{} has the x86/kaslr fix (mainline 6.11+): the known KASLR cause does not \
+                     apply; HMM set-up also fails on such kernels for other reasons",
+                    k.release
+                ),
+                source,
+            )
         } else {
-            "older than 6.11: no upstream x86/kaslr fix unless backported"
-        };
-        f.evidence.push(item(
-            "kernel",
-            format!("{} ({fix})", k.release),
-            e.kernel.source.clone(),
-        ));
+            item(
+                "kernel",
+                format!(
+                    "{} (older than 6.11: no upstream x86/kaslr fix unless backported)",
+                    k.release
+                ),
+                source,
+            )
+        });
     }
     if let Some(s) = smi(e).filter(|s| s.gpus > 0) {
         f.evidence.push(item(
@@ -284,14 +396,20 @@ fn push_hmm_profile(f: &mut Finding, e: &Evidence) {
         ));
     }
     if klog(e).is_some_and(|l| l.hmm_errors.is_empty()) {
-        let debug = uvm_param(e, "uvm_debug_prints").and_then(param_bool);
-        let v = if debug == Some(true) {
-            "no request_free_mem_region() error although uvm_debug_prints=1"
+        let source = e.kernel_log.source.clone();
+        f.evidence.push(if debug_prints_silent(e) {
+            against(
+                "kernel log",
+                "no request_free_mem_region() error although uvm_debug_prints=1",
+                source,
+            )
         } else {
-            "silent, as expected: UVM prints the error only with uvm_debug_prints=1"
-        };
-        f.evidence
-            .push(item("kernel log", v, e.kernel_log.source.clone()));
+            item(
+                "kernel log",
+                "silent, as expected: UVM prints the error only with uvm_debug_prints=1",
+                source,
+            )
+        });
     }
 }
 
@@ -332,11 +450,12 @@ fn push_hmm_unchecked(f: &mut Finding, e: &Evidence, o: &Observations, saw_ksign
     }
 }
 
-/// The HMM fix: disable HMM in nvidia_uvm on the host, reload, verify; or `nokaslr`; or a
-/// kernel with the fix.
+/// The HMM fix: disable HMM in nvidia_uvm on the host, reload, verify; while the kernel log
+/// is silent, how to make UVM say why; and, only where the known KASLR cause can apply,
+/// `nokaslr` or a kernel with the fix as alternatives.
 fn hmm_fix(e: &Evidence) -> Vec<FixStep> {
     let echo = format!("echo 'options nvidia_uvm uvm_disable_hmm=1' | sudo tee {HMM_CONF}");
-    vec![
+    let mut steps = vec![
         step(
             Where::Host,
             format!(
@@ -360,6 +479,25 @@ fn hmm_fix(e: &Evidence) -> Vec<FixStep> {
             "Verify: must print Y. Then run cuInit again (or `uvmwatch doctor`).",
             &["cat /sys/module/nvidia_uvm/parameters/uvm_disable_hmm"],
         ),
+    ];
+    let silent = klog(e).is_none_or(|l| l.hmm_errors.is_empty());
+    if silent && uvm_param(e, "uvm_debug_prints").and_then(param_bool) != Some(true) {
+        steps.push(step(
+            Where::Host,
+            "Optional, to confirm the cause: turn on UVM's error prints (writable at runtime), \
+             run the failing program once, and look for request_free_mem_region() err in the \
+             kernel log.",
+            &[
+                "echo 1 | sudo tee /sys/module/nvidia_uvm/parameters/uvm_debug_prints",
+                "sudo dmesg | grep -E 'nvidia-uvm|request_free_mem_region'",
+            ],
+        ));
+    }
+    if kaslr_cause(e) == Some(false) {
+        // KASLR off or a fixed kernel: nokaslr and a newer kernel would not help.
+        return steps;
+    }
+    steps.extend([
         step(
             Where::Host,
             "Alternative: boot with nokaslr (Debian/Ubuntu GRUB shown; RHEL/Fedora: \
@@ -376,7 +514,8 @@ fn hmm_fix(e: &Evidence) -> Vec<FixStep> {
              backported by some distributions).",
             &[],
         ),
-    ]
+    ]);
+    steps
 }
 
 /// A module parameter of nvidia_uvm (`/sys/module/nvidia_uvm/parameters/<name>`).
@@ -618,12 +757,13 @@ mod tests {
         let only3 = watched().cuinit(3, 0.3).opens(4);
         let f = run("hmm_setup_failure", &motivating_host(), &only3);
         assert!(f.is_none_or(|f| f.severity == Severity::Warning));
-        // Blind to ioctls: a low-confidence critical that says what it could not see.
+        // Blind to ioctls: a critical that says what it could not see; medium on this
+        // kernel, where the known KASLR cause applies.
         let blind = only3.unavailable("syscalls:sys_exit_ioctl: tracefs not mounted");
         let f = run("hmm_setup_failure", &motivating_host(), &blind).expect("finding");
         assert_eq!(
             (f.severity, f.confidence),
-            (Severity::Critical, Confidence::Low)
+            (Severity::Critical, Confidence::Medium)
         );
         assert!(unchecked_mentions(&f, "UVM_REGISTER_GPU result not seen"));
         // Blind, but HMM device memory is already set up (nvidia-uvm-hmm in /proc/iomem):
@@ -872,7 +1012,9 @@ mod tests {
             Severity::Critical,
             Confidence::Medium,
         );
-        assert!(evidence_from(f, "KASLR", "/proc/cmdline").starts_with("off (nokaslr"));
+        assert!(evidence_from(f, "KASLR", "/proc/cmdline").starts_with("against: off (nokaslr"));
+        // KASLR off: nokaslr and a newer kernel are no fix here.
+        assert!(!has_fix(f, Where::Host, "nokaslr"));
         // And no static warning with nokaslr.
         absent(&diagnose_spec(&spec, &plain()), "hmm_setup_failure");
     }
@@ -897,21 +1039,185 @@ mod tests {
     }
 
     #[test]
-    fn hmm_setup_failure_error_3_with_every_ioctl_succeeding_is_not_critical_but_blind_is_low() {
+    fn hmm_setup_failure_error_3_with_every_ioctl_succeeding_is_not_critical_but_blind_is() {
         let only3 = watched().cuinit(3, 0.3).opens(4);
         at_most(
             &diagnose_spec(&incident_spec(), &only3),
             "hmm_setup_failure",
             Severity::Warning,
         );
+        // Blind to the ioctls: medium where the known KASLR cause applies (6.8, KASLR on) ...
         let blind = only3.unavailable("syscalls:sys_exit_ioctl: tracefs not mounted");
         let fs = diagnose_spec(&incident_spec(), &blind);
         let f = expect(
             &fs,
             "hmm_setup_failure",
             Severity::Critical,
-            Confidence::Low,
+            Confidence::Medium,
         );
         assert!(unchecked_mentions(f, "UVM_REGISTER_GPU result not seen"));
+        assert_eq!(f.basis, crate::doctor::finding::Basis::Observed);
+        // ... low on a kernel with the upstream fix: still named, the kernel only lowers it.
+        let fs = diagnose_spec(&on_kernel("6.12.0-55-generic"), &blind);
+        expect(
+            &fs,
+            "hmm_setup_failure",
+            Severity::Critical,
+            Confidence::Low,
+        );
+    }
+
+    /// The incident's machine on another kernel release.
+    fn on_kernel(release: &str) -> SnapshotSpec {
+        SnapshotSpec {
+            kernel_release: release.into(),
+            ..incident_spec()
+        }
+    }
+
+    #[test]
+    fn hmm_setup_failure_motivating_case_on_a_6_12_kernel_is_critical_with_only_the_hmm_fix() {
+        // Public HMM set-up failures exist on 6.12 and 6.13 (fixed by uvm_disable_hmm=1):
+        // the observed failure is named on any kernel; the fixed kernel lowers confidence.
+        let fs = diagnose_spec(&on_kernel("6.12.0-55-generic"), &register_gpu_no_memory());
+        assert_eq!(rules_of(&fs), ["hmm_setup_failure"]);
+        let f = expect(
+            &fs,
+            "hmm_setup_failure",
+            Severity::Critical,
+            Confidence::Medium,
+        );
+        assert!(f.title.contains("NV_ERR_NO_MEMORY"), "{}", f.title);
+        evidence_from(f, "GPU registration in UVM", "probe:ioctl");
+        let kernel = evidence_from(f, "kernel", "/proc/sys/kernel/osrelease");
+        assert!(
+            kernel.starts_with("against: 6.12.0-55-generic has the x86/kaslr fix"),
+            "{kernel}"
+        );
+        assert!(has_fix(f, Where::Host, "uvm_disable_hmm=1"));
+        // A newer kernel or nokaslr would not help on a kernel that has the fix.
+        assert!(!has_fix(f, Where::Host, "nokaslr"));
+        assert!(
+            f.fix.iter().all(|s| !s.note.contains("ea72ce5da228")),
+            "{:#?}",
+            f.fix
+        );
+        // Silent kernel log: how to make UVM say why.
+        assert!(has_fix(f, Where::Host, "uvm_debug_prints"));
+        // The hang variant on 6.12: named too, after the generic driver hang (sure of the
+        // hang, less of its cause on a fixed kernel).
+        let hang = watched().in_flight(45.0).opens(4).stuck(
+            "UVM_REGISTER_GPU",
+            "/dev/nvidia-uvm",
+            44.5,
+            "D (disk sleep)",
+        );
+        let fs = diagnose_spec(&on_kernel("6.12.0-55-generic"), &hang);
+        assert_eq!(rules_of(&fs), ["driver_hang", "hmm_setup_failure"]);
+        expect(
+            &fs,
+            "hmm_setup_failure",
+            Severity::Critical,
+            Confidence::Medium,
+        );
+    }
+
+    #[test]
+    fn hmm_setup_failure_on_6_13_with_the_debug_print_is_critical_high() {
+        let spec = SnapshotSpec {
+            dmesg: dmesg_after_boot(DMESG_HMM_ERR_34),
+            ..on_kernel("6.13.0-1008-azure")
+        };
+        let e = snapshot_evidence_with(&spec, |dir| {
+            std::fs::write(
+                dir.join("sys/module/nvidia_uvm/parameters/uvm_debug_prints"),
+                "1\n",
+            )
+            .unwrap();
+        });
+        let fs = diagnose(&e, &register_gpu_no_memory());
+        let f = expect(
+            &fs,
+            "hmm_setup_failure",
+            Severity::Critical,
+            Confidence::High,
+        );
+        assert!(evidence_from(f, "kernel log", DMESG).contains("err -34"));
+        // The error line is there already: no step to turn the prints on.
+        assert!(!has_fix(f, Where::Host, "uvm_debug_prints"));
+    }
+
+    #[test]
+    fn hmm_setup_failure_near_miss_on_6_12_error_3_with_every_ioctl_seen_is_nothing() {
+        // The calls were seen and none failed: neither a failure nor, on a fixed kernel,
+        // the static risk of the KASLR cause.
+        let fs = diagnose_spec(
+            &on_kernel("6.12.0-55-generic"),
+            &watched().cuinit(3, 0.3).opens(4),
+        );
+        absent(&fs, "hmm_setup_failure");
+        absent(
+            &diagnose_spec(&on_kernel("6.12.0-55-generic"), &plain()),
+            "hmm_setup_failure",
+        );
+    }
+
+    #[test]
+    fn hmm_setup_failure_silent_log_with_debug_prints_on_lowers_to_medium() {
+        let e = snapshot_evidence_with(&incident_spec(), |dir| {
+            std::fs::write(
+                dir.join("sys/module/nvidia_uvm/parameters/uvm_debug_prints"),
+                "1\n",
+            )
+            .unwrap();
+        });
+        let fs = diagnose(&e, &register_gpu_no_memory());
+        let f = expect(
+            &fs,
+            "hmm_setup_failure",
+            Severity::Critical,
+            Confidence::Medium,
+        );
+        assert!(evidence_from(f, "kernel log", DMESG).starts_with("against: no request_free"));
+        // Near miss: the same with the prints off is high (the log is silent by default).
+        expect(
+            &diagnose_spec(&incident_spec(), &register_gpu_no_memory()),
+            "hmm_setup_failure",
+            Severity::Critical,
+            Confidence::High,
+        );
+    }
+
+    #[test]
+    fn hmm_setup_failure_cites_addressing_mode_none_only_against_it() {
+        // Seen failing in the kernel on GPUs that print `Addressing Mode : None`: the mode is
+        // a fact against the finding, never a bare "None" as support.
+        let spec = SnapshotSpec {
+            smi: smi_h200(2, |g| g.addressing_mode = Some("None".into())),
+            ..incident_spec()
+        };
+        let o = watched().cuinit(3, 0.4).opens(4).with(|o| {
+            o.kernel_signals
+                .push("request_free_mem_region = -34 (ERANGE)".into())
+        });
+        let fs = diagnose_spec(&spec, &o);
+        let f = expect(
+            &fs,
+            "hmm_setup_failure",
+            Severity::Critical,
+            Confidence::High,
+        );
+        assert_eq!(
+            evidence_from(f, "addressing mode", "nvidia-smi -q"),
+            "against: None, None: no GPU uses HMM"
+        );
+        // Near miss: a register failure alone on such GPUs is one step lower.
+        let fs = diagnose_spec(&spec, &register_gpu_no_memory());
+        expect(
+            &fs,
+            "hmm_setup_failure",
+            Severity::Critical,
+            Confidence::Medium,
+        );
     }
 }

@@ -45,9 +45,10 @@ mod stale_after_suspend;
 mod version_mismatch;
 
 pub use hmm_setup_failure::HMM_CONF;
+pub use slow_init::{SLOW_FIRST_OPEN_SECONDS, SLOW_INIT_BASE_SECONDS};
 
 use super::facts::{DriverInfo, Evidence, Fact, KernelLog, Observations, SeenCall, SmiInfo};
-use super::finding::{Confidence, EvidenceItem, Finding, FixStep, Severity, Where};
+use super::finding::{Basis, Confidence, EvidenceItem, Finding, FixStep, Severity, Where};
 use crate::decode::nvidia::cu_result_name;
 
 /// One diagnosis rule.
@@ -121,17 +122,46 @@ pub const RULES: &[Rule] = &[
     },
 ];
 
-/// Runs every rule and returns the findings, worst first: by severity, then confidence, then
-/// [`RULES`] order.
+/// Runs every rule and returns the findings, each with its [`Basis`], worst first
+/// ([`rank`]).
 pub fn diagnose(e: &Evidence, o: &Observations) -> Vec<Finding> {
-    let mut findings: Vec<Finding> = RULES.iter().filter_map(|r| (r.check)(e, o)).collect();
-    // `sort_by` is stable: ties keep RULES order.
+    let mut findings: Vec<Finding> = RULES
+        .iter()
+        .filter_map(|r| (r.check)(e, o))
+        .map(settle_basis)
+        .collect();
+    rank(&mut findings);
+    findings
+}
+
+/// Sorts findings worst first: by severity, then what they rest on (an observed finding
+/// before a static one: a failure the probes saw outranks a risk read from the host's state),
+/// then confidence, then [`RULES`] order (the sort is stable).
+pub fn rank(findings: &mut [Finding]) {
     findings.sort_by(|a, b| {
         b.severity
             .cmp(&a.severity)
+            .then(b.basis.cmp(&a.basis))
             .then(b.confidence.cmp(&a.confidence))
     });
-    findings
+}
+
+/// Sets what a finding rests on from its evidence: [`Basis::Observed`] when an item came
+/// from the probes (a `probe:` source), [`Basis::Static`] otherwise. Rules cite a probe's
+/// item only when it supports the finding (a `cuInit` code the class gives, the failing or
+/// stuck call, the opens), so this is the rule's own judgement of what it explains.
+pub fn settle_basis(mut f: Finding) -> Finding {
+    f.basis = if f.evidence.iter().any(|i| is_probe_source(&i.source)) {
+        Basis::Observed
+    } else {
+        Basis::Static
+    };
+    f
+}
+
+/// A source label of what the probes saw (`probe:cuInit`, `probe:ioctl`, ...).
+pub fn is_probe_source(source: &str) -> bool {
+    source.starts_with("probe:")
 }
 
 /// Why no NVIDIA driver is present at all, when that is so: no `/proc/driver/nvidia/version`,
@@ -255,7 +285,7 @@ fn quick(o: &Observations) -> bool {
 }
 
 /// `/dev/nvidia<N>` (a GPU node, not `nvidiactl`, UVM or NVSwitch).
-fn is_gpu_node(path: &str) -> bool {
+pub fn is_gpu_node(path: &str) -> bool {
     path.strip_prefix("/dev/nvidia")
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
@@ -269,6 +299,7 @@ fn finding(rule: &str, severity: Severity, confidence: Confidence, title: String
         title,
         severity,
         confidence,
+        basis: Basis::Static,
         evidence: Vec::new(),
         unchecked: Vec::new(),
         fix: Vec::new(),
@@ -283,6 +314,15 @@ fn item(what: &str, value: impl Into<String>, source: impl Into<String>) -> Evid
         source: source.into(),
     }
 }
+
+/// An item that argues against the finding (it lowers the confidence): its value starts with
+/// `against: `, so that no reader takes it for support.
+fn against(what: &str, value: impl AsRef<str>, source: impl Into<String>) -> EvidenceItem {
+    item(what, format!("{AGAINST}{}", value.as_ref()), source)
+}
+
+/// How the value of an item that argues against a finding starts.
+pub const AGAINST: &str = "against: ";
 
 fn step(where_: Where, note: impl Into<String>, commands: &[&str]) -> FixStep {
     FixStep {
@@ -470,6 +510,73 @@ mod tests {
         let e = e.smi(|s| s.persistence_mode = vec!["Disabled".into()]);
         let got: Vec<String> = diagnose(&e, &slow).into_iter().map(|f| f.rule).collect();
         assert_eq!(got, ["slow_init"]);
+    }
+
+    #[test]
+    fn rank_puts_observed_before_static_at_equal_severity() {
+        let f = |rule: &str, severity, confidence, basis| Finding {
+            basis,
+            ..finding(rule, severity, confidence, rule.to_string())
+        };
+        let mut fs = vec![
+            f("a", Severity::Critical, Confidence::High, Basis::Static),
+            f("b", Severity::Warning, Confidence::High, Basis::Static),
+            f("c", Severity::Critical, Confidence::Low, Basis::Observed),
+            f("d", Severity::Warning, Confidence::Medium, Basis::Observed),
+            f("e", Severity::Critical, Confidence::High, Basis::Observed),
+        ];
+        rank(&mut fs);
+        let got: Vec<&str> = fs.iter().map(|f| f.rule.as_str()).collect();
+        // Severity first; then what was seen, before confidence.
+        assert_eq!(got, ["e", "c", "a", "d", "b"]);
+    }
+
+    #[test]
+    fn diagnose_keeps_a_static_risk_apart_from_an_observed_failure_another_rule_explains() {
+        // EPERM on the UVM node, seen by the probes, on the HMM-risk host: the denial is the
+        // observed cause; the HMM risk stays a static warning that cites nothing the probes saw.
+        let o = watched()
+            .cuinit(999, 0.02)
+            .opens(2)
+            .failed_open("/dev/nvidia-uvm", "EPERM");
+        let fs = diagnose(&motivating_host(), &o);
+        assert_eq!(fs[0].rule, "device_permission", "{fs:#?}");
+        assert_eq!(fs[0].basis, Basis::Observed);
+        let hmm = fs
+            .iter()
+            .find(|f| f.rule == "hmm_setup_failure")
+            .expect("the static risk");
+        assert_eq!(
+            (hmm.severity, hmm.basis),
+            (Severity::Warning, Basis::Static)
+        );
+        assert!(hmm.evidence.iter().all(|i| !is_probe_source(&i.source)));
+        // Every finding is well formed: no absent fact cited as support.
+        for f in &fs {
+            well_formed(f, &f.rule);
+        }
+    }
+
+    #[test]
+    fn cites_an_absent_fact_knows_absent_from_against_and_words() {
+        for v in [
+            "None",
+            "N/A",
+            "HMM, None",
+            "CONFIG_X=not set",
+            "unknown",
+            "",
+        ] {
+            assert!(cites_an_absent_fact(v), "{v:?}");
+        }
+        for v in [
+            "against: None, None: no GPU uses HMM",
+            "HMM, HMM",
+            "not running",
+            "/dev/nvidia-uvm absent",
+        ] {
+            assert!(!cites_an_absent_fact(v), "{v:?}");
+        }
     }
 
     #[test]

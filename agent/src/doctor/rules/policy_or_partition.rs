@@ -70,12 +70,19 @@ pub(super) fn check(e: &Evidence, o: &Observations) -> Option<Finding> {
         f.evidence
             .push(item("compute mode", modes.join(", "), e.smi.source.clone()));
     }
-    if let Some(s) = s.filter(|s| !s.mig_mode.is_empty()) {
-        f.evidence.push(item(
-            "MIG mode",
-            s.mig_mode.join(", "),
-            e.smi.source.clone(),
-        ));
+    // A GPU without MIG prints `N/A`: no fact, so not cited.
+    let mig: Vec<&str> = s
+        .map(|s| {
+            s.mig_mode
+                .iter()
+                .map(String::as_str)
+                .filter(|m| *m != "N/A")
+                .collect()
+        })
+        .unwrap_or_default();
+    if !mig.is_empty() {
+        f.evidence
+            .push(item("MIG mode", mig.join(", "), e.smi.source.clone()));
     }
     if exclusive > 0 && !others.is_empty() {
         let v: Vec<String> = others.iter().map(u32::to_string).collect();

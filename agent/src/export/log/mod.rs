@@ -490,6 +490,7 @@ impl LogListener {
                 trigger = d.trigger.as_str(),
                 rule = %f.rule,
                 severity = f.severity.as_str(),
+                basis = f.basis.as_str(),
                 title = %f.title,
                 runbook = %f.runbook,
                 "finding from the host's state"
@@ -508,6 +509,7 @@ impl LogListener {
             pid,
             rule = %f.rule,
             severity = f.severity.as_str(),
+            basis = f.basis.as_str(),
             confidence = ?f.confidence,
             title = %f.title,
             evidence = %f.evidence_text(),
@@ -708,6 +710,7 @@ mod tests {
             title: format!("{rule} title"),
             severity: Severity::Critical,
             confidence: Confidence::High,
+            basis: Default::default(),
             evidence: vec![],
             unchecked: vec![],
             fix: vec![FixStep {

@@ -327,6 +327,10 @@ pub const RECORDS: &[Record] = &[
             PID,
             f("rule", "rule id (docs/doctor.md)"),
             f("severity", "critical, warning, info"),
+            f(
+                "basis",
+                "observed (rests on what the probes saw of this process); the agent attaches only observed findings to a failure",
+            ),
             j("confidence", "High, Medium, Low"),
             f("title", "what is wrong"),
             j("evidence", "what=value [source]; ..."),
@@ -343,6 +347,7 @@ pub const RECORDS: &[Record] = &[
             f("trigger", "evidence: the host's facts alone"),
             f("rule", "rule id"),
             f("severity", "critical, warning, info"),
+            j("basis", "static: the host's state alone"),
             f("title", "what is wrong"),
             RUNBOOK,
         ],

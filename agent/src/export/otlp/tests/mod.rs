@@ -258,6 +258,7 @@ fn finding() -> Finding {
         title: "UVM could not register the GPU".into(),
         severity: Severity::Critical,
         confidence: Confidence::High,
+        basis: Default::default(),
         evidence: vec![EvidenceItem {
             what: "UVM_REGISTER_GPU".into(),
             value: "NV_ERR_NO_MEMORY".into(),
