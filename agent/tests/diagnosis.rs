@@ -239,19 +239,22 @@ fn a_child_forked_after_init_is_named_fork_after_init() {
 }
 
 #[test]
-fn doctor_probe_runs_a_real_cuinit_and_names_the_cause() {
-    require_env!("doctor_probe_runs_a_real_cuinit_and_names_the_cause");
+fn doctor_probe_names_the_cause_and_its_bundle_gives_the_same_findings() {
+    require_env!("doctor_probe_names_the_cause_and_its_bundle_gives_the_same_findings");
     let snap = incident_host(false);
     let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("probed.tar.gz");
     // The testbed starts its "workload" as `<program> --lib <path> --wait-ms <n>` inside the
     // namespace with the fake nodes; this wrapper turns that into a doctor run.
     let script = dir.path().join("doctor-probe.sh");
     std::fs::write(
         &script,
         format!(
-            "#!/bin/sh\nexec {} doctor --json --probe --probe-timeout 10s --root {} --libcuda \"$2\"\n",
+            "#!/bin/sh\nexec {} doctor --json --probe --probe-timeout 10s --root {} --bundle {} \
+             --libcuda \"$2\"\n",
             env!("CARGO_BIN_EXE_uvmwatch"),
-            snap.path().display()
+            snap.path().display(),
+            bundle.display()
         ),
     )
     .unwrap();
@@ -276,15 +279,209 @@ fn doctor_probe_runs_a_real_cuinit_and_names_the_cause() {
         "exit code 2 = critical\n{}",
         out.stdout
     );
-    let v: Value = serde_json::from_str(&out.stdout).unwrap();
-    assert_eq!(v["observations"]["cuinit_result"], 3, "{}", out.stdout);
-    assert_eq!(v["observations"]["failed_call"]["call"], "UVM_REGISTER_GPU");
+    let probed: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(probed["observations"]["cuinit_result"], 3, "{}", out.stdout);
     assert_eq!(
-        v["findings"][0]["rule"], "hmm_setup_failure",
+        probed["observations"]["failed_call"]["call"],
+        "UVM_REGISTER_GPU"
+    );
+    assert_eq!(probed["observations_source"]["from"], "probe");
+    assert_eq!(
+        probed["findings"][0]["rule"], "hmm_setup_failure",
         "{}",
         out.stdout
     );
+    assert_eq!(probed["findings"][0]["severity"], "critical");
+
+    // The bundle it wrote, diagnosed elsewhere without probes: the same findings from the
+    // same observations, read from its observations.json.
+    let (code, replayed, _) = doctor_json(&bundle);
+    assert_eq!(code, Some(2));
+    assert_eq!(replayed["observations_source"]["from"], "snapshot");
+    assert_eq!(replayed["observations"], probed["observations"]);
+    assert_eq!(replayed["findings"], probed["findings"]);
+    assert_eq!(replayed["status"], probed["status"]);
+}
+
+/// `uvmwatch doctor --json --root <root>`: exit code, document, standard error.
+fn doctor_json(root: &std::path::Path) -> (Option<i32>, Value, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_uvmwatch"))
+        .args(["doctor", "--json", "--root"])
+        .arg(root)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {stderr}{}", String::from_utf8_lossy(&out.stdout)));
+    (out.status.code(), v, stderr)
+}
+
+/// `uvmwatch doctor --root <root>` (text): exit code, standard output.
+fn doctor_text(root: &std::path::Path) -> (Option<i32>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_uvmwatch"))
+        .args(["doctor", "--root"])
+        .arg(root)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// A snapshot tree of a healthy host ([`SnapshotSpec::default`]).
+fn healthy_host() -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("uvmwatch-snapshot")
+        .tempdir()
+        .unwrap();
+    write_snapshot_fixture(dir.path(), &SnapshotSpec::default()).unwrap();
+    dir
+}
+
+/// `snapshot` carrying `observations` (the text of its observations.json).
+fn observed(snapshot: tempfile::TempDir, observations: &str) -> tempfile::TempDir {
+    std::fs::write(snapshot.path().join("observations.json"), observations).unwrap();
+    snapshot
+}
+
+/// The motivating incident as `doctor --probe --bundle` saves it (docs/doctor-bundle.md).
+const INCIDENT_OBSERVATIONS: &str = r#"{
+  "format": 1,
+  "pid": 2817,
+  "cuinit_result": 3,
+  "cuinit_seconds": 0.412,
+  "failed_call": {"call": "UVM_REGISTER_GPU", "node": "/dev/nvidia-uvm",
+                  "result": "NV_ERR_NO_MEMORY", "seconds": 0.05},
+  "device_opens": 4
+}"#;
+
+#[test]
+fn doctor_root_judges_the_observations_a_snapshot_carries() {
+    // No root needed: only files are read.
+    let snap = observed(incident_host(false), INCIDENT_OBSERVATIONS);
+    let (code, v, _) = doctor_json(snap.path());
+    assert_eq!(code, Some(2), "{v:#}");
+    assert_eq!(v["findings"][0]["rule"], "hmm_setup_failure");
     assert_eq!(v["findings"][0]["severity"], "critical");
+    assert_eq!(v["observations"]["pid"], 2817);
+    assert_eq!(v["observations_source"]["from"], "snapshot");
+    assert_eq!(v["observations_source"]["snapshot_file"]["used"], true);
+    let (_, text) = doctor_text(snap.path());
+    assert!(
+        text.contains(
+            "judged with the probes' observations of pid 2817 (cuInit returned 3 \
+             (CUDA_ERROR_NOT_INITIALIZED) after 0.41 s, failed call UVM_REGISTER_GPU on \
+             /dev/nvidia-uvm -> NV_ERR_NO_MEMORY, 4 device opens), from the snapshot's \
+             observations.json (format 1)"
+        ),
+        "{text}"
+    );
+
+    // The same machine without observations.json: the static HMM risk only, as before.
+    let bare = incident_host(false);
+    let (code, v, _) = doctor_json(bare.path());
+    assert_eq!(code, Some(1), "{v:#}");
+    assert_eq!(v["findings"][0]["severity"], "warning");
+    assert_eq!(
+        v["observations_source"],
+        serde_json::json!({"from": "none", "snapshot_file": null,
+                           "summary": "only static facts were judged (no probe observations)"})
+    );
+}
+
+#[test]
+fn doctor_root_never_calls_an_observed_failure_healthy() {
+    // A healthy host whose cuInit returned 999 with every open fine: no rule names a cause.
+    let snap = observed(
+        healthy_host(),
+        r#"{"format": 1, "pid": 51, "cuinit_result": 999, "cuinit_seconds": 0.08,
+            "device_opens": 4}"#,
+    );
+    let (code, v, _) = doctor_json(snap.path());
+    assert_eq!(code, Some(2), "{v:#}");
+    assert_eq!(v["status"], "critical");
+    assert_eq!(v["findings"][0]["rule"], "unexplained_failure");
+    let (_, text) = doctor_text(snap.path());
+    assert!(!text.contains("healthy"), "{text}");
+    assert!(
+        text.contains("a failure was observed that no rule explains: cuInit returned 999"),
+        "{text}"
+    );
+
+    // Near miss: the same host, cuInit succeeded (a failed query on the way is normal).
+    let snap = observed(
+        healthy_host(),
+        r#"{"format": 1, "pid": 51, "cuinit_result": 0, "cuinit_seconds": 0.31,
+            "device_opens": 4,
+            "failed_call": {"call": "NV_ESC_RM_CONTROL", "node": "/dev/nvidiactl",
+                            "result": "NV_ERR_NOT_SUPPORTED", "seconds": 0.001}}"#,
+    );
+    let (code, v, _) = doctor_json(snap.path());
+    assert_eq!(code, Some(0), "{v:#}");
+    assert_eq!(
+        (v["status"].as_str(), v["findings"].clone()),
+        (Some("healthy"), serde_json::json!([]))
+    );
+    assert_eq!(v["observations_source"]["from"], "snapshot");
+    let (_, text) = doctor_text(snap.path());
+    assert!(text.starts_with("uvmwatch doctor: healthy:"), "{text}");
+    assert!(text.contains("judged with the probes' observations of pid 51 (cuInit returned 0"));
+}
+
+#[test]
+fn doctor_root_reports_a_malformed_observations_file() {
+    let snap = observed(healthy_host(), r#"{"pid": 51, "cuinit_result": "#);
+    let (code, v, stderr) = doctor_json(snap.path());
+    assert_eq!(code, Some(3), "{v:#}");
+    assert_eq!(v["status"], "unknown");
+    assert_eq!(v["observations_source"]["from"], "none");
+    let file = &v["observations_source"]["snapshot_file"];
+    assert_eq!(file["path"], "observations.json");
+    assert_eq!(file["used"], false);
+    assert!(
+        file["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("not valid JSON: "),
+        "{file}"
+    );
+    assert!(
+        stderr.contains(
+            "only static facts were judged: the snapshot's observations.json could not be used \
+             (not valid JSON: "
+        ),
+        "{stderr}"
+    );
+    let (code, text) = doctor_text(snap.path());
+    assert_eq!(code, Some(3));
+    assert!(
+        text.starts_with(
+            "uvmwatch doctor: unknown: no known cause found in the static facts; the diagnosis \
+             is incomplete.\n  only static facts were judged: the snapshot's observations.json \
+             could not be used (not valid JSON: "
+        ),
+        "{text}"
+    );
+
+    // Fields this uvmwatch does not know are read past and named.
+    let snap = observed(
+        healthy_host(),
+        r#"{"format": 1, "pid": 51, "cuinit_result": 0, "device_opens": 4,
+            "context_create": {"result": 0}}"#,
+    );
+    let (code, v, _) = doctor_json(snap.path());
+    assert_eq!(code, Some(0), "{v:#}");
+    assert_eq!(
+        v["observations_source"]["snapshot_file"]["ignored_fields"],
+        serde_json::json!(["context_create"])
+    );
+    assert!(v["observations_source"]["summary"]
+        .as_str()
+        .unwrap()
+        .ends_with(
+            "fields of observations.json this uvmwatch does not know were ignored: context_create"
+        ));
 }
 
 #[test]

@@ -28,7 +28,8 @@ pub enum ReportFormat {
 #[derive(clap::Args, Debug)]
 pub struct DoctorArgs {
     /// Diagnose a snapshot instead of this machine: a bundle (.tar.gz) or a directory laid
-    /// out like the diagnosed machine's file system.
+    /// out like the diagnosed machine's file system. Its observations.json (what the probes
+    /// saw there), if any, is judged too.
     #[arg(long, value_name = "DIR|FILE")]
     pub root: Option<PathBuf>,
     /// Output format.
@@ -41,7 +42,8 @@ pub struct DoctorArgs {
     #[arg(long, value_name = "FILE")]
     pub bundle: Option<PathBuf>,
     /// Also run one real cuInit under the probes (root) and diagnose what they saw. With
-    /// --root the facts come from the snapshot and the probes still watch this machine.
+    /// --root the facts come from the snapshot and the probes still watch this machine (the
+    /// snapshot's observations.json is then not used).
     #[arg(long)]
     pub probe: bool,
     /// How long the probed cuInit may take before it counts as hung.
@@ -56,16 +58,32 @@ pub struct DoctorArgs {
 }
 
 /// `uvmwatch doctor`: collect, diagnose, report. Exit codes: 0 healthy, 1 warning,
-/// 2 critical, 3 could not run (docs/doctor.md).
+/// 2 critical, 3 could not run or, without a critical finding, the snapshot's
+/// observations.json could not be used (docs/doctor.md).
+///
+/// The observations judged: those of `--probe`; else, with `--root`, the snapshot's
+/// `observations.json` (an unusable one is reported and the static facts are judged alone);
+/// else none. A bundle written with `--bundle` keeps the observations judged.
 pub fn doctor(a: DoctorArgs, g: &Global) -> anyhow::Result<ExitCode> {
-    use crate::doctor::{bundle, collect, report, root::Recorder, root::Root, rules};
+    use crate::doctor::{
+        bundle, collect,
+        observed::{self, ObservationsSource},
+        report,
+        root::Recorder,
+        root::Root,
+    };
     use std::io::IsTerminal;
     let json = a.json || a.format == ReportFormat::Json;
-    let run = || -> anyhow::Result<(Vec<_>, _, _)> {
+    let run = || -> anyhow::Result<(Vec<_>, _, _, _)> {
         let recorder = Recorder::new();
         let (_tmp, root) = match &a.root {
             Some(p) => bundle::open_bundle(p)?,
             None => (None, Root::live(g.host_root.as_deref())),
+        };
+        // The snapshot's own observations.json: `None` for this machine or without one.
+        let saved = match &root {
+            Root::Snapshot(dir) => bundle::read_saved_observations(dir).transpose(),
+            _ => None,
         };
         let root = if a.bundle.is_some() {
             root.recording(&recorder)
@@ -73,31 +91,47 @@ pub fn doctor(a: DoctorArgs, g: &Global) -> anyhow::Result<ExitCode> {
             root
         };
         let evidence = collect::collect(&root);
-        let mut observations = crate::doctor::facts::Observations::default();
-        if a.probe {
+        let probed = if a.probe {
             let r = probe(&a.libcuda, a.probe_timeout, g)?;
             for n in &r.notes {
                 eprintln!("uvmwatch doctor --probe: {n}");
             }
-            observations = r.observations;
+            Some(r.observations)
+        } else {
+            None
+        };
+        let (observations, source) = ObservationsSource::choose(probed, saved);
+        if source.incomplete() {
+            eprintln!("uvmwatch doctor: {}", source.summary(&observations));
         }
         if let Some(out) = &a.bundle {
-            bundle::write_bundle(&recorder, &evidence, Some(&observations), out)?;
+            bundle::write_bundle(
+                &recorder,
+                &evidence,
+                source.kept_in_bundle(&observations),
+                out,
+            )?;
             eprintln!("uvmwatch doctor: bundle written to {}", out.display());
         }
-        let findings = rules::diagnose(&evidence, &observations);
-        Ok((findings, evidence, observations))
+        let findings = observed::judge(&evidence, &observations);
+        Ok((findings, evidence, observations, source))
     };
     match run() {
-        Ok((findings, evidence, observations)) => {
+        Ok((findings, evidence, observations, source)) => {
+            let r = report::Report {
+                findings: &findings,
+                evidence: &evidence,
+                observations: &observations,
+                source: &source,
+            };
             if json {
-                let v = report::render_json(&findings, &evidence, &observations);
+                let v = report::render_json(&r);
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 let color = !a.no_color && std::io::stdout().is_terminal();
-                print!("{}", report::render_text(&findings, &evidence, color));
+                print!("{}", report::render_text(&r, color));
             }
-            Ok(ExitCode::from(report::exit_code(&findings)))
+            Ok(ExitCode::from(r.exit_code()))
         }
         Err(e) => {
             eprintln!("uvmwatch doctor: could not run: {e:#}");

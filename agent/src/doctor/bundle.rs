@@ -20,7 +20,7 @@ use tempfile::TempDir;
 use super::facts::{Evidence, Observations};
 use super::root::{
     Manifest, Recorded, Recorder, Root, COMMANDS_DIR, EVIDENCE_FILE, MANIFEST_FILE, NODES_FILE,
-    OBSERVATIONS_FILE, SNAPSHOT_FORMAT,
+    OBSERVATIONS_FILE, OBSERVATIONS_FORMAT, SNAPSHOT_FORMAT,
 };
 
 /// Most bytes [`open_bundle`] unpacks (1 GiB; a real bundle is well under 10 MiB).
@@ -28,6 +28,10 @@ pub const MAX_UNPACKED_BYTES: u64 = 1 << 30;
 
 /// Most archive entries [`open_bundle`] accepts.
 pub const MAX_ENTRIES: usize = 100_000;
+
+/// Most bytes of `observations.json` [`read_saved_observations`] reads (1 MiB; one written by
+/// uvmwatch holds a few KiB).
+pub const MAX_OBSERVATIONS_BYTES: u64 = 1 << 20;
 
 /// Where the host name in the manifest comes from.
 const HOSTNAME_PATH: &str = "/proc/sys/kernel/hostname";
@@ -39,8 +43,8 @@ const HOSTNAME_PATH: &str = "/proc/sys/kernel/hostname";
 /// Archive members: each recorded file under its absolute path without the leading `/`
 /// (`proc/cmdline`), each listed directory, `commands/<name>.txt` per captured command,
 /// `dev/nodes.json`, `manifest.json` (see [`manifest_of`]), `evidence.json` and, when
-/// given, `observations.json` (what the probes saw). Members are owned by root, mode 0644
-/// (directories 0755), time-stamped now.
+/// given, `observations.json` (what the probes saw, [`observations_json`]). Members are
+/// owned by root, mode 0644 (directories 0755), time-stamped now.
 ///
 /// Errors: `out`'s directory is not writable, or writing fails.
 pub fn write_bundle(
@@ -206,7 +210,7 @@ fn members(
     if let Some(observations) = observations {
         m.add_file(
             OBSERVATIONS_FILE.to_string(),
-            serde_json::to_vec_pretty(observations)?,
+            observations_json(observations)?,
         );
     }
     Ok(m)
@@ -273,18 +277,129 @@ pub fn read_saved_evidence(dir: &Path) -> Result<Evidence> {
     serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", path.display()))
 }
 
-/// The `observations.json` a bundle was written with: `Ok(None)` when it has none.
+/// The `observations.json` of a snapshot as read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SavedObservations {
+    /// What the probes saw.
+    pub observations: Observations,
+    /// The schema version the file declares (1 when it has no `format` field).
+    pub format: u32,
+    /// Fields of the file this uvmwatch does not know, as dotted paths (`ctx.flags`): a
+    /// newer uvmwatch of the same format added them; they were ignored.
+    pub ignored_fields: Vec<String>,
+}
+
+/// The contents of `observations.json` for `observations`: the `observations` object of
+/// `uvmwatch doctor --json` with `"format": OBSERVATIONS_FORMAT` first.
 ///
-/// Errors: the file exists but cannot be read or parsed.
-pub fn read_saved_observations(dir: &Path) -> Result<Option<Observations>> {
-    let path = dir.join(OBSERVATIONS_FILE);
-    match fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .with_context(|| format!("parsing {}", path.display())),
-        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(err) => Err(err).with_context(|| format!("reading {}", path.display())),
+/// Errors: only if serialization fails (it holds strings, numbers and sequences).
+pub fn observations_json(observations: &Observations) -> Result<Vec<u8>> {
+    #[derive(serde::Serialize)]
+    struct File<'a> {
+        format: u32,
+        #[serde(flatten)]
+        observations: &'a Observations,
     }
+    let mut bytes = serde_json::to_vec_pretty(&File {
+        format: OBSERVATIONS_FORMAT,
+        observations,
+    })?;
+    bytes.push(b'\n');
+    Ok(bytes)
+}
+
+/// Reads the text of an `observations.json` ([`observations_json`]; schema in
+/// `docs/doctor-bundle.md`). A file without `format` is version 1 (as written before the
+/// field existed). A field missing from the file reads as its default; a field this
+/// uvmwatch does not know is ignored and named in [`SavedObservations::ignored_fields`].
+///
+/// Errors (each message starts with what is wrong, never with a path): not JSON, not a JSON
+/// object, a `format` that is not a positive integer or is newer than
+/// [`OBSERVATIONS_FORMAT`], or a field of the wrong type or a nested one missing (with its
+/// line and column).
+pub fn parse_observations(bytes: &[u8]) -> Result<SavedObservations> {
+    use serde_json::Value;
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| anyhow!("not valid JSON: {e}"))?;
+    let Value::Object(mut object) = value else {
+        bail!("not a JSON object (found {})", json_kind(&value));
+    };
+    let format = match object.remove("format") {
+        None => 1,
+        Some(Value::Number(n)) if n.as_u64().is_some_and(|v| v >= 1) => {
+            u32::try_from(n.as_u64().unwrap_or(u64::MAX)).unwrap_or(u32::MAX)
+        }
+        Some(other) => bail!("format must be a positive integer, found {other}"),
+    };
+    if format > OBSERVATIONS_FORMAT {
+        bail!(
+            "format {format} is newer than this uvmwatch ({}) reads (format {OBSERVATIONS_FORMAT} \
+             and older): use a newer uvmwatch",
+            env!("CARGO_PKG_VERSION")
+        );
+    }
+    // From the text again, so that a type error says where it is.
+    let observations: Observations = serde_json::from_slice(bytes)
+        .map_err(|e| anyhow!("does not match the format {format} schema: {e}"))?;
+    let known = serde_json::to_value(&observations)?;
+    let mut ignored_fields = Vec::new();
+    unknown_fields(&Value::Object(object), &known, "", &mut ignored_fields);
+    Ok(SavedObservations {
+        observations,
+        format,
+        ignored_fields,
+    })
+}
+
+/// The keys of `read` (recursively, through objects) that `known` lacks, as dotted paths.
+fn unknown_fields(
+    read: &serde_json::Value,
+    known: &serde_json::Value,
+    prefix: &str,
+    out: &mut Vec<String>,
+) {
+    let (Some(read), Some(known)) = (read.as_object(), known.as_object()) else {
+        return;
+    };
+    for (key, value) in read {
+        let path = format!("{prefix}{key}");
+        match known.get(key) {
+            None => out.push(path),
+            Some(k) => unknown_fields(value, k, &format!("{path}."), out),
+        }
+    }
+}
+
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// The `observations.json` of the snapshot in `dir` ([`parse_observations`]): `Ok(None)`
+/// when it has none.
+///
+/// Errors: the file exists but cannot be read, is larger than [`MAX_OBSERVATIONS_BYTES`],
+/// or [`parse_observations`] refuses it. The message says what is wrong; the caller names
+/// the file (as `observations.json`, not by its temporary path).
+pub fn read_saved_observations(dir: &Path) -> Result<Option<SavedObservations>> {
+    let file = match fs::File::open(dir.join(OBSERVATIONS_FILE)) {
+        Ok(f) => f,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => bail!("cannot be read: {err}"),
+    };
+    let mut bytes = Vec::new();
+    file.take(MAX_OBSERVATIONS_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|err| anyhow!("cannot be read: {err}"))?;
+    if bytes.len() as u64 > MAX_OBSERVATIONS_BYTES {
+        bail!("larger than {MAX_OBSERVATIONS_BYTES} bytes: not a file uvmwatch wrote");
+    }
+    parse_observations(&bytes).map(Some)
 }
 
 fn check_snapshot_dir(dir: &Path) -> Result<()> {
@@ -379,6 +494,8 @@ fn safe_relative(name: &Path) -> Result<Option<PathBuf>> {
 mod tests {
     use super::*;
     use crate::doctor::collect::collect;
+    use crate::doctor::finding::{Finding, Severity};
+    use crate::doctor::observed::{judge, ObservationsSource, Origin, UNEXPLAINED};
     use crate::doctor::root::{Op, ReadError};
     use uvmwatch_testbed::snapshot::*;
 
@@ -522,10 +639,14 @@ mod tests {
         let (guard, root) = open_bundle(&bundle).unwrap();
         assert_eq!(collect(&root), original);
         let unpacked = guard.as_ref().unwrap().path();
+        let saved = read_saved_observations(unpacked).unwrap().unwrap();
+        assert_eq!(saved.observations, observations);
         assert_eq!(
-            read_saved_observations(unpacked).unwrap(),
-            Some(observations)
+            (saved.format, saved.ignored_fields.len()),
+            (OBSERVATIONS_FORMAT, 0)
         );
+        let text = fs::read_to_string(unpacked.join(OBSERVATIONS_FILE)).unwrap();
+        assert!(text.starts_with("{\n  \"format\": 1,\n"), "{text}");
         // The bundle's own files are not files of the machine.
         assert!(!root.exists("/observations.json"));
 
@@ -613,5 +734,157 @@ mod tests {
         assert_eq!(machine_rel("/proc/../etc"), None);
         assert_eq!(machine_rel("proc/cmdline"), None);
         assert_eq!(machine_rel("/commandsx").as_deref(), Some("commandsx"));
+    }
+
+    #[test]
+    fn observations_files_are_read_by_their_format_and_unknown_fields_named() {
+        // As written.
+        let o = Observations {
+            pid: Some(7),
+            cuinit_result: Some(3),
+            failed_opens: vec![("/dev/nvidia-uvm".into(), "EPERM".into())],
+            ..Observations::default()
+        };
+        let saved = parse_observations(&observations_json(&o).unwrap()).unwrap();
+        assert_eq!(
+            saved,
+            SavedObservations {
+                observations: o,
+                format: OBSERVATIONS_FORMAT,
+                ignored_fields: vec![],
+            }
+        );
+        // Without `format` (written before the field existed), fields missing: version 1,
+        // defaults.
+        let saved = parse_observations(br#"{"pid": 9, "cuinit_in_flight": true}"#).unwrap();
+        assert_eq!(saved.format, 1);
+        assert_eq!(
+            saved.observations,
+            Observations {
+                pid: Some(9),
+                cuinit_in_flight: true,
+                ..Observations::default()
+            }
+        );
+        // Fields of a newer uvmwatch of the same format: read, and named as ignored.
+        let saved = parse_observations(
+            br#"{"format": 1, "cuinit_result": 46, "context_create": {"result": 46},
+                 "stuck_in": {"call": "UVM_REGISTER_GPU", "node": "/dev/nvidia-uvm",
+                              "result": "", "seconds": 3.0, "tid": 12}}"#,
+        )
+        .unwrap();
+        assert_eq!(saved.observations.cuinit_result, Some(46));
+        assert_eq!(saved.observations.stuck_in.unwrap().seconds, 3.0);
+        assert_eq!(saved.ignored_fields, ["context_create", "stuck_in.tid"]);
+    }
+
+    #[test]
+    fn malformed_observations_files_are_refused_with_what_is_wrong() {
+        let cases: [(&[u8], &str); 8] = [
+            (b"", "not valid JSON: EOF while parsing"),
+            (b"{\"pid\": 1,", "not valid JSON"),
+            (b"[1, 2]", "not a JSON object (found an array)"),
+            (
+                b"{\"format\": \"1\"}",
+                "format must be a positive integer, found \"1\"",
+            ),
+            (
+                b"{\"format\": 0}",
+                "format must be a positive integer, found 0",
+            ),
+            (b"{\"format\": 2}", "format 2 is newer than this uvmwatch"),
+            (
+                b"{\"cuinit_result\": \"three\"}",
+                "does not match the format 1 schema: invalid type: string \"three\"",
+            ),
+            (
+                b"{\"failed_call\": {\"call\": \"UVM_FREE\"}}",
+                "does not match the format 1 schema: missing field `node`",
+            ),
+        ];
+        for (bytes, want) in cases {
+            let err = format!("{:#}", parse_observations(bytes).unwrap_err());
+            assert!(
+                err.starts_with(want),
+                "{:?}: {err}",
+                String::from_utf8_lossy(bytes)
+            );
+        }
+        // Through the snapshot directory: absent, too large, unreadable.
+        let dir = tempfile::tempdir().unwrap();
+        assert!(read_saved_observations(dir.path()).unwrap().is_none());
+        let path = dir.path().join(OBSERVATIONS_FILE);
+        let mut big = b"{\"kernel_signals\": [\"".to_vec();
+        big.resize(MAX_OBSERVATIONS_BYTES as usize + 10, b'x');
+        big.extend_from_slice(b"\"]}");
+        fs::write(&path, &big).unwrap();
+        let err = format!("{:#}", read_saved_observations(dir.path()).unwrap_err());
+        assert!(err.starts_with("larger than 1048576 bytes"), "{err}");
+        fs::remove_file(&path).unwrap();
+        fs::create_dir(&path).unwrap();
+        let err = format!("{:#}", read_saved_observations(dir.path()).unwrap_err());
+        assert!(err.starts_with("cannot be read: "), "{err}");
+    }
+
+    /// The diagnosis of the snapshot tree of `spec` with the observations of `--probe`
+    /// (`None`: a plain run), and the diagnosis of the bundle that run wrote, read back: the
+    /// library calls of `doctor [--probe] --bundle`, then of `doctor --root` on the bundle.
+    fn diagnosis_before_and_after_a_bundle(
+        spec: &SnapshotSpec,
+        probed: Option<Observations>,
+    ) -> (Vec<Finding>, Vec<Finding>, ObservationsSource) {
+        let src = tempfile::tempdir().unwrap();
+        write_snapshot_fixture(src.path(), spec).unwrap();
+        let rec = Recorder::new();
+        let evidence = collect(&Root::Snapshot(src.path().to_path_buf()).recording(&rec));
+        let (judged, source) = ObservationsSource::choose(probed, None);
+        let before = judge(&evidence, &judged);
+
+        let out = tempfile::tempdir().unwrap();
+        let bundle = out.path().join("b.tar.gz");
+        write_bundle(&rec, &evidence, source.kept_in_bundle(&judged), &bundle).unwrap();
+        let (guard, root) = open_bundle(&bundle).unwrap();
+        let saved = read_saved_observations(guard.as_ref().unwrap().path()).transpose();
+        let (read_back, source) = ObservationsSource::choose(None, saved);
+        assert_eq!(read_back, judged);
+        let after = judge(&collect(&root), &read_back);
+        (before, after, source)
+    }
+
+    #[test]
+    fn a_bundle_with_observations_gives_the_findings_of_the_run_that_wrote_it() {
+        use crate::doctor::fixtures::{incident_spec, register_gpu_no_memory, watched, Saw};
+        // The motivating incident, observed: hmm_setup_failure, critical.
+        let (before, after, source) =
+            diagnosis_before_and_after_a_bundle(&incident_spec(), Some(register_gpu_no_memory()));
+        assert_eq!(before[0].rule, "hmm_setup_failure");
+        assert_eq!(before[0].severity, Severity::Critical);
+        assert_eq!(after, before);
+        assert_eq!(source.from, Origin::Snapshot);
+        assert!(source.snapshot_file.unwrap().used);
+
+        // A failure no rule explains on a healthy host: still there after the round trip.
+        let (before, after, _) = diagnosis_before_and_after_a_bundle(
+            &SnapshotSpec::default(),
+            Some(watched().cuinit(999, 0.1).opens(4)),
+        );
+        assert_eq!(before.len(), 1, "{before:#?}");
+        assert_eq!(before[0].rule, UNEXPLAINED);
+        assert_eq!(after, before);
+
+        // Near miss: only successes were observed: no finding before or after.
+        let (before, after, source) = diagnosis_before_and_after_a_bundle(
+            &SnapshotSpec::default(),
+            Some(watched().cuinit(0, 0.3).opens(4)),
+        );
+        assert_eq!((before.as_slice(), after.as_slice()), (&[][..], &[][..]));
+        assert_eq!(source.from, Origin::Snapshot);
+
+        // Nothing observed (a plain `doctor --bundle` of the incident): a bundle without
+        // observations.json, judged on the static facts alone, as before.
+        let (before, after, source) = diagnosis_before_and_after_a_bundle(&incident_spec(), None);
+        assert_eq!(after, before);
+        assert!(before.iter().all(|f| f.rule != UNEXPLAINED));
+        assert_eq!(source.from, Origin::None);
     }
 }

@@ -202,8 +202,11 @@ pub struct SeenCall {
     pub seconds: f64,
 }
 
-/// What the probes saw for one process (empty for a plain `uvmwatch doctor`).
+/// What the probes saw for one process (empty for a plain `uvmwatch doctor`). Saved as a
+/// bundle's `observations.json` (`docs/doctor-bundle.md`); a field missing there reads as
+/// its default.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Observations {
     /// Process id, when about one process.
     pub pid: Option<u32>,

@@ -3,7 +3,9 @@
 //! [`collect`] reads evidence (live or from a snapshot, through [`root`]) into
 //! [`facts::Evidence`]; [`rules`] turn evidence plus what the probes saw
 //! ([`facts::Observations`]) into [`finding::Finding`]s (which render themselves on one line
-//! for logs and exporters); [`report`] renders them for `uvmwatch doctor`; [`bundle`]
+//! for logs and exporters); [`observed`] says where the observations came from (`--probe`,
+//! a snapshot's `observations.json`) and adds a finding for an observed failure no rule
+//! explains; [`report`] renders them for `uvmwatch doctor`; [`bundle`]
 //! saves what was read so the diagnosis can be re-run elsewhere (`doctor --probe`, one real
 //! `cuInit` under the observer, is `cmd/doctor.rs`). The unit tests share one set of
 //! evidence and observation builders (`fixtures.rs`, test builds only).
@@ -14,6 +16,7 @@ pub mod facts;
 pub mod finding;
 #[cfg(test)]
 mod fixtures;
+pub mod observed;
 pub mod report;
 pub mod root;
 pub mod rules;

@@ -1,4 +1,6 @@
-//! Output of `uvmwatch doctor`: a short text report, a JSON document and the exit code.
+//! Output of `uvmwatch doctor`: a short text report, a JSON document and the exit code, of
+//! one [`Report`] (the findings, the facts, the observations judged and where those came
+//! from).
 //!
 //! The JSON schema and the exit codes are documented in `docs/doctor.md`; change them only
 //! together with [`SCHEMA_VERSION`] and that document.
@@ -9,6 +11,7 @@ use serde_json::{json, Value};
 
 use super::facts::{Evidence, Fact, Observations};
 use super::finding::{Finding, Severity};
+use super::observed::ObservationsSource;
 use super::rules::no_driver;
 
 /// Version of the JSON document [`render_json`] returns. Bumped on any change that is not a
@@ -21,9 +24,52 @@ pub const EXIT_HEALTHY: u8 = 0;
 pub const EXIT_WARNING: u8 = 1;
 /// Exit code: at least one critical finding (CUDA cannot start or hangs).
 pub const EXIT_CRITICAL: u8 = 2;
-/// Exit code: the doctor could not run (bad arguments, unreadable snapshot or bundle). Set by
-/// the command line, never by [`exit_code`].
+/// Exit code: the doctor could not run (bad arguments, unreadable snapshot or bundle; set by
+/// the command line), or it ran on the static facts alone because the snapshot's
+/// `observations.json` could not be used and no finding is critical ([`Report::exit_code`]).
 pub const EXIT_COULD_NOT_RUN: u8 = 3;
+
+/// One diagnosis as `uvmwatch doctor` reports it.
+#[derive(Clone, Copy, Debug)]
+pub struct Report<'a> {
+    /// The findings, worst first (`observed::judge`).
+    pub findings: &'a [Finding],
+    /// The facts read.
+    pub evidence: &'a Evidence,
+    /// The observations judged (all defaults when none).
+    pub observations: &'a Observations,
+    /// Where they came from.
+    pub source: &'a ObservationsSource,
+}
+
+impl Report<'_> {
+    /// The process exit code: [`EXIT_CRITICAL`] with a critical finding; otherwise
+    /// [`EXIT_COULD_NOT_RUN`] (UNKNOWN) when the snapshot's `observations.json` could not be
+    /// used ([`ObservationsSource::incomplete`]); otherwise [`exit_code`] of the findings.
+    pub fn exit_code(&self) -> u8 {
+        match exit_code(self.findings) {
+            EXIT_CRITICAL => EXIT_CRITICAL,
+            _ if self.source.incomplete() => EXIT_COULD_NOT_RUN,
+            code => code,
+        }
+    }
+
+    /// The `status` of the JSON document: `critical` with a critical finding; otherwise
+    /// `unknown` when the snapshot's `observations.json` could not be used; otherwise
+    /// [`status`] of the findings.
+    pub fn status(&self) -> &'static str {
+        match worst(self.findings) {
+            Some(Severity::Critical) => Severity::Critical.as_str(),
+            _ if self.source.incomplete() => "unknown",
+            _ => status(self.findings, self.evidence),
+        }
+    }
+
+    /// The report's line about the observations judged.
+    pub fn observations_line(&self) -> String {
+        self.source.summary(self.observations)
+    }
+}
 
 /// The exit code for these findings: [`EXIT_HEALTHY`] (none, or info only),
 /// [`EXIT_WARNING`], or [`EXIT_CRITICAL`], after the worst severity. The same levels as the
@@ -51,25 +97,28 @@ fn worst(findings: &[Finding]) -> Option<Severity> {
 }
 
 /// The JSON document of one diagnosis (schema in `docs/doctor.md`, version
-/// [`SCHEMA_VERSION`]). `observations` is all defaults for a plain `doctor` (nothing probed).
-pub fn render_json(
-    findings: &[Finding],
-    evidence: &Evidence,
-    observations: &Observations,
-) -> Value {
+/// [`SCHEMA_VERSION`]). `observations` is all defaults when nothing was observed;
+/// `observations_source` says where they came from.
+pub fn render_json(r: &Report) -> Value {
+    let findings = r.findings;
     let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
+    let mut source = to_value(r.source);
+    if let Value::Object(m) = &mut source {
+        m.insert("summary".into(), Value::String(r.observations_line()));
+    }
     json!({
         "schema_version": SCHEMA_VERSION,
-        "status": status(findings, evidence),
-        "exit_code": exit_code(findings),
+        "status": r.status(),
+        "exit_code": r.exit_code(),
         "counts": {
             "critical": count(Severity::Critical),
             "warning": count(Severity::Warning),
             "info": count(Severity::Info),
         },
         "findings": to_value(findings),
-        "evidence": to_value(evidence),
-        "observations": to_value(observations),
+        "evidence": to_value(r.evidence),
+        "observations": to_value(r.observations),
+        "observations_source": source,
     })
 }
 
@@ -108,16 +157,18 @@ impl Paint {
     }
 }
 
-/// The text report: worst finding first, one block per finding (severity, title,
-/// confidence; evidence with sources; what could not be checked; fix steps tagged
-/// `[host]`/`[container]`/`[any]`; runbook). With no finding: one "healthy" line (or "no
-/// NVIDIA driver present"), the driver seen, and what could not be checked. `color` adds ANSI
-/// colors (for a terminal).
-pub fn render_text(findings: &[Finding], evidence: &Evidence, color: bool) -> String {
+/// The text report: a headline (counts worst first, or "healthy", or "no NVIDIA driver
+/// present"; "diagnosis incomplete" when the snapshot's `observations.json` could not be
+/// used), the line saying which observations were judged, then one block per finding,
+/// worst first (severity, title, confidence; evidence with sources; what could not be
+/// checked; fix steps tagged `[host]`/`[container]`/`[any]`; runbook). With no finding: the
+/// driver seen and what could not be checked. `color` adds ANSI colors (for a terminal).
+pub fn render_text(r: &Report, color: bool) -> String {
     let p = Paint { color };
     let mut out = String::new();
+    let findings = r.findings;
     if findings.is_empty() {
-        render_healthy(&mut out, evidence, &p);
+        render_healthy(&mut out, r, &p);
         return out;
     }
     let mut counts = Vec::new();
@@ -127,7 +178,17 @@ pub fn render_text(findings: &[Finding], evidence: &Evidence, color: bool) -> St
             counts.push(format!("{n} {}", s.as_str()));
         }
     }
-    let _ = writeln!(out, "uvmwatch doctor: {} (worst first)", counts.join(", "));
+    let incomplete = if r.status() == "unknown" {
+        format!("; {}", p.bold("diagnosis incomplete"))
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        out,
+        "uvmwatch doctor: {} (worst first){incomplete}",
+        counts.join(", ")
+    );
+    let _ = writeln!(out, "  {}", r.observations_line());
     for f in findings {
         out.push('\n');
         render_finding(&mut out, f, &p);
@@ -189,27 +250,29 @@ fn render_finding(out: &mut String, f: &Finding, p: &Paint) {
     let _ = writeln!(out, "  runbook: {}", f.runbook);
 }
 
-fn render_healthy(out: &mut String, e: &Evidence, p: &Paint) {
-    if let Some(why) = no_driver(e) {
+fn render_healthy(out: &mut String, r: &Report, p: &Paint) {
+    let e = r.evidence;
+    if r.source.incomplete() {
+        let _ = writeln!(
+            out,
+            "uvmwatch doctor: {}: no known cause found in the static facts; the diagnosis is \
+             incomplete.",
+            p.wrap("1;35", "unknown")
+        );
+    } else if let Some(why) = no_driver(e) {
         let _ = writeln!(
             out,
             "uvmwatch doctor: {} ({why}): nothing to diagnose on this machine.",
             p.bold("no NVIDIA driver present")
         );
-        let missing = unavailable_facts(e);
-        if !missing.is_empty() {
-            let _ = writeln!(out, "  could not check:");
-            for m in missing {
-                let _ = writeln!(out, "    - {m}");
-            }
-        }
-        return;
+    } else {
+        let _ = writeln!(
+            out,
+            "uvmwatch doctor: {}: no known cause of a CUDA init failure or hang found.",
+            p.wrap("1;32", "healthy")
+        );
     }
-    let _ = writeln!(
-        out,
-        "uvmwatch doctor: {}: no known cause of a CUDA init failure or hang found.",
-        p.wrap("1;32", "healthy")
-    );
+    let _ = writeln!(out, "  {}", r.observations_line());
     if let Some(d) = e.driver.get() {
         let flavor = if d.open_module { "open" } else { "proprietary" };
         let _ = writeln!(
@@ -263,11 +326,41 @@ mod tests {
     use super::super::rules::diagnose;
     use super::*;
 
+    /// The text of a diagnosis with no observations.
+    fn text_of(findings: &[Finding], e: &Evidence, color: bool) -> String {
+        let src = ObservationsSource::none();
+        render_text(
+            &Report {
+                findings,
+                evidence: e,
+                observations: &plain(),
+                source: &src,
+            },
+            color,
+        )
+    }
+
+    /// The JSON document of a diagnosis with observations `o` (from `--probe` unless `o`
+    /// is empty).
+    fn json_of(findings: &[Finding], e: &Evidence, o: &Observations) -> Value {
+        let src = if *o == plain() {
+            ObservationsSource::none()
+        } else {
+            ObservationsSource::choose(Some(o.clone()), None).1
+        };
+        render_json(&Report {
+            findings,
+            evidence: e,
+            observations: o,
+            source: &src,
+        })
+    }
+
     #[test]
     fn text_of_the_motivating_case() {
         let e = motivating_host();
         let findings = diagnose(&e, &register_gpu_no_memory());
-        let text = render_text(&findings, &e, false);
+        let text = text_of(&findings, &e, false);
         assert!(!text.contains('\x1b'), "{text}");
         assert!(
             text.starts_with("uvmwatch doctor: 1 critical (worst first)\n"),
@@ -288,7 +381,7 @@ mod tests {
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }
-        let colored = render_text(&findings, &e, true);
+        let colored = text_of(&findings, &e, true);
         assert!(colored.contains("\x1b[1;31mCRITICAL\x1b[0m"), "{colored}");
     }
 
@@ -296,7 +389,7 @@ mod tests {
     fn text_worst_first() {
         let e = motivating_host().container("lxc", Some(&["c 195:* rwm"]));
         let findings = diagnose(&e, &Observations::default());
-        let text = render_text(&findings, &e, false);
+        let text = text_of(&findings, &e, false);
         assert!(
             text.starts_with("uvmwatch doctor: 1 critical, 1 warning"),
             "{text}"
@@ -315,8 +408,14 @@ mod tests {
         let e = healthy_open_host().with(|e| {
             e.kernel_log = Fact::unavailable("Operation not permitted (os error 1)", "/dev/kmsg")
         });
-        let text = render_text(&[], &e, false);
-        assert!(text.starts_with("uvmwatch doctor: healthy:"), "{text}");
+        let text = text_of(&[], &e, false);
+        assert!(
+            text.starts_with(
+                "uvmwatch doctor: healthy: no known cause of a CUDA init failure or hang \
+                 found.\n  only static facts were judged (no probe observations)\n"
+            ),
+            "{text}"
+        );
         assert!(
             text.contains("driver: 590.48.01 (open kernel module)"),
             "{text}"
@@ -330,12 +429,13 @@ mod tests {
             "{text}"
         );
 
-        let text = render_text(&[], &no_driver_host(), false);
+        let text = text_of(&[], &no_driver_host(), false);
         assert!(
             text.starts_with(
                 "uvmwatch doctor: no NVIDIA driver present (/proc/driver/nvidia/version: not \
                  readable: No such file or directory (os error 2)): nothing to diagnose on \
-                 this machine.\n  could not check:\n"
+                 this machine.\n  only static facts were judged (no probe observations)\n  \
+                 could not check:\n"
             ),
             "{text}"
         );
@@ -347,7 +447,7 @@ mod tests {
         let e = motivating_host();
         let o = register_gpu_no_memory();
         let findings = diagnose(&e, &o);
-        let v = render_json(&findings, &e, &o);
+        let v = json_of(&findings, &e, &o);
         assert_eq!(v["schema_version"], 1);
         assert_eq!(v["status"], "critical");
         assert_eq!(v["exit_code"], 2);
@@ -391,12 +491,12 @@ mod tests {
     #[test]
     fn json_status_without_findings() {
         let o = Observations::default();
-        let v = render_json(&[], &no_driver_host(), &o);
+        let v = json_of(&[], &no_driver_host(), &o);
         assert_eq!(
             (v["status"].as_str(), v["exit_code"].as_u64()),
             (Some("no_driver"), Some(0))
         );
-        let v = render_json(&[], &healthy_open_host(), &o);
+        let v = json_of(&[], &healthy_open_host(), &o);
         assert_eq!(v["status"], "healthy");
         assert_eq!(v["findings"], json!([]));
         assert_eq!(v["observations"]["pid"], Value::Null);
@@ -428,5 +528,134 @@ mod tests {
         );
         assert_eq!(status(&[f(Severity::Info)], &e), "info");
         assert_ne!(EXIT_COULD_NOT_RUN, EXIT_CRITICAL);
+    }
+
+    /// A report of `findings` with observations `o` read from a snapshot's file.
+    fn from_snapshot<'a>(
+        findings: &'a [Finding],
+        e: &'a Evidence,
+        o: &'a Observations,
+        src: &'a ObservationsSource,
+    ) -> Report<'a> {
+        Report {
+            findings,
+            evidence: e,
+            observations: o,
+            source: src,
+        }
+    }
+
+    fn saved(o: &Observations) -> Option<anyhow::Result<crate::doctor::bundle::SavedObservations>> {
+        Some(Ok(crate::doctor::bundle::SavedObservations {
+            observations: o.clone(),
+            format: 1,
+            ignored_fields: Vec::new(),
+        }))
+    }
+
+    #[test]
+    fn the_report_says_which_observations_it_judged() {
+        let e = motivating_host();
+        let (o, src) = ObservationsSource::choose(None, saved(&register_gpu_no_memory()));
+        let findings = crate::doctor::observed::judge(&e, &o);
+        let r = from_snapshot(&findings, &e, &o, &src);
+        let text = render_text(&r, false);
+        assert!(
+            text.starts_with(
+                "uvmwatch doctor: 1 critical (worst first)\n  judged with the probes' \
+                 observations of pid 4242 (cuInit returned 3 (CUDA_ERROR_NOT_INITIALIZED) after \
+                 0.41 s, failed call UVM_REGISTER_GPU on /dev/nvidia-uvm -> NV_ERR_NO_MEMORY, 4 \
+                 device opens), from the snapshot's observations.json (format 1)\n\nCRITICAL \
+                 hmm_setup_failure"
+            ),
+            "{text}"
+        );
+        let v = render_json(&r);
+        assert_eq!(v["observations_source"]["from"], "snapshot");
+        assert_eq!(
+            v["observations_source"]["snapshot_file"],
+            json!({"path": "observations.json", "format": 1, "used": true, "error": null,
+                   "ignored_fields": []})
+        );
+        assert!(v["observations_source"]["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("judged with the probes' observations of pid 4242"));
+        assert_eq!((v["status"].as_str(), r.exit_code()), (Some("critical"), 2));
+
+        // Without observations.
+        let v = json_of(&[], &healthy_open_host(), &plain());
+        assert_eq!(
+            v["observations_source"],
+            json!({"from": "none", "snapshot_file": null,
+                   "summary": "only static facts were judged (no probe observations)"})
+        );
+    }
+
+    #[test]
+    fn unusable_observations_make_the_report_incomplete_not_healthy() {
+        let e = healthy_open_host();
+        let (o, src) = ObservationsSource::choose(
+            None,
+            Some(Err(anyhow::anyhow!("not valid JSON: EOF while parsing"))),
+        );
+        let findings = crate::doctor::observed::judge(&e, &o);
+        assert!(findings.is_empty());
+        let r = from_snapshot(&findings, &e, &o, &src);
+        let text = render_text(&r, false);
+        assert!(
+            text.starts_with(
+                "uvmwatch doctor: unknown: no known cause found in the static facts; the \
+                 diagnosis is incomplete.\n  only static facts were judged: the snapshot's \
+                 observations.json could not be used (not valid JSON: EOF while parsing)\n  \
+                 driver: 590.48.01"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("healthy"), "{text}");
+        assert_eq!((r.status(), r.exit_code()), ("unknown", EXIT_COULD_NOT_RUN));
+        let v = render_json(&r);
+        assert_eq!(v["status"], "unknown");
+        assert_eq!(v["exit_code"], 3);
+        assert_eq!(
+            v["observations_source"]["snapshot_file"]["error"],
+            "not valid JSON: EOF while parsing"
+        );
+        assert_eq!(v["observations_source"]["snapshot_file"]["used"], false);
+
+        // A static warning: still unknown (3); a critical finding: critical (2).
+        let e = motivating_host();
+        let findings = crate::doctor::observed::judge(&e, &o);
+        assert_eq!(findings[0].severity, Severity::Warning);
+        let r = from_snapshot(&findings, &e, &o, &src);
+        assert_eq!((r.status(), r.exit_code()), ("unknown", 3));
+        assert!(render_text(&r, false).starts_with(
+            "uvmwatch doctor: 1 warning (worst first); diagnosis incomplete\n  only static \
+             facts were judged: the snapshot's observations.json could not be used (not valid \
+             JSON: EOF while parsing)\n"
+        ));
+        let e = motivating_host().container("lxc", Some(&["c 195:* rwm"]));
+        let findings = crate::doctor::observed::judge(&e, &o);
+        let r = from_snapshot(&findings, &e, &o, &src);
+        assert_eq!((r.status(), r.exit_code()), ("critical", 2));
+    }
+
+    #[test]
+    fn an_observed_failure_no_rule_explains_is_not_healthy() {
+        let e = healthy_open_host();
+        let (o, src) =
+            ObservationsSource::choose(None, saved(&watched().cuinit(999, 0.1).opens(4)));
+        let findings = crate::doctor::observed::judge(&e, &o);
+        let r = from_snapshot(&findings, &e, &o, &src);
+        let text = render_text(&r, false);
+        assert!(!text.contains("healthy"), "{text}");
+        assert!(
+            text.contains(
+                "CRITICAL unexplained_failure: a failure was observed that no rule explains: \
+                 cuInit returned 999 (CUDA_ERROR_UNKNOWN) (confidence: low)"
+            ),
+            "{text}"
+        );
+        assert_eq!((r.status(), r.exit_code()), ("critical", EXIT_CRITICAL));
     }
 }

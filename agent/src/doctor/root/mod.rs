@@ -41,7 +41,7 @@ pub use record::{Recorded, Recorder};
 pub use snapshot::{
     command_file, read_manifest, read_nodes, CommandEntry, Manifest, NodeRecord, NodesFile, Op,
     ReadError, COMMANDS_DIR, EVIDENCE_FILE, KERNEL_LOG_NAME, MANIFEST_FILE, NODES_FILE,
-    OBSERVATIONS_FILE, SNAPSHOT_FORMAT,
+    OBSERVATIONS_FILE, OBSERVATIONS_FORMAT, SNAPSHOT_FORMAT,
 };
 
 use command::command_line;

@@ -21,7 +21,8 @@ pub const MANIFEST_FILE: &str = "manifest.json";
 /// collectors), relative to the snapshot root.
 pub const EVIDENCE_FILE: &str = "evidence.json";
 /// Snapshot file with the probes' observations, when the bundle was written with some
-/// (never read back by the collectors), relative to the snapshot root.
+/// (never read by the collectors: `uvmwatch doctor --root` reads it through
+/// `bundle::read_saved_observations`), relative to the snapshot root.
 pub const OBSERVATIONS_FILE: &str = "observations.json";
 /// Snapshot directory with command outputs (`<name>.txt`), relative to the snapshot root.
 pub const COMMANDS_DIR: &str = "commands";
@@ -31,6 +32,11 @@ pub const NODES_FILE: &str = "dev/nodes.json";
 
 /// Version of the snapshot layout written in [`Manifest::format`].
 pub const SNAPSHOT_FORMAT: u32 = 1;
+
+/// Version of the `observations.json` schema written in its `format` field: the fields of
+/// [`Observations`](crate::doctor::facts::Observations). A file without the field is
+/// version 1; fields added with a default keep the version, anything else bumps it.
+pub const OBSERVATIONS_FORMAT: u32 = 1;
 
 /// One entry of `dev/nodes.json`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
