@@ -20,7 +20,7 @@ mod common;
 mod observability;
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     io::{BufRead, BufReader},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
@@ -142,6 +142,12 @@ struct Abilities {
     stall_stack: bool,
     /// `uvmwatch doctor` read the kernel log (/dev/kmsg).
     kernel_log: bool,
+    /// `/readyz` answered 200 once the agent had started.
+    ready: bool,
+    /// Features `uvmwatch_feature_enabled` says are off.
+    features_off: BTreeSet<String>,
+    /// Features the log said were off (`feature_off` at WARN).
+    features_warned: BTreeSet<String>,
 }
 
 impl Abilities {
@@ -350,6 +356,13 @@ fn measure(caps: Option<&[String]>, filter: Option<&Path>) -> Abilities {
         return a;
     }
     a.started = true;
+    // Readiness a moment after start: the probe table is said with "started".
+    std::thread::sleep(Duration::from_millis(300));
+    let (code, body) = http_get(agent.port, "/readyz").unwrap_or((0, String::new()));
+    a.ready = code == 200;
+    if !a.ready {
+        eprintln!("  /readyz {code}: {}", body.trim());
+    }
     if filter.is_some() {
         let raw = agent.raw.lock().unwrap().join("\n");
         let line = raw.lines().find(|l| l.starts_with("syscall-filter.py:"));
@@ -360,6 +373,20 @@ fn measure(caps: Option<&[String]>, filter: Option<&Path>) -> Abilities {
         eprintln!("  {}", line.unwrap());
     }
     let m = agent.metrics();
+    a.features_off = m
+        .lines()
+        .filter_map(|l| l.strip_prefix("uvmwatch_feature_enabled{feature=\""))
+        .filter_map(|l| l.strip_suffix("\"} 0"))
+        .map(String::from)
+        .collect();
+    a.features_warned = agent
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|v| v["event"] == "feature_off" && v["level"] == "WARN")
+        .filter_map(|v| v["feature"].as_str().map(String::from))
+        .collect();
     a.required_probes = uvmwatch::kernel::registry::REGISTRY
         .iter()
         .filter(|p| p.required)
@@ -483,6 +510,16 @@ fn the_agent_runs_with_exactly_the_units_capabilities() {
         full.started && full.required_probes && full.container_libcuda && full.failed_open,
         "the agent does not work even with every capability: {full:?}"
     );
+    assert!(full.ready, "not ready with every capability: {full:?}");
+    let kernel_off: BTreeSet<String> = (!uvmwatch::kernel::kprobes_supported())
+        .then(|| "kernel_functions".to_string())
+        .into_iter()
+        .collect();
+    assert_eq!(
+        full.features_off, kernel_off,
+        "with every capability only what the kernel lacks is off"
+    );
+    says_each_feature_off(&full);
     // The unit's set with its system call filter, when pyseccomp is there to build it.
     let python = deploy_python();
     match &python {
@@ -507,7 +544,18 @@ fn the_agent_runs_with_exactly_the_units_capabilities() {
         eprintln!("without {drop}:");
         let a = measure(Some(&fewer), None);
         let lost = a.lost(&unit);
-        eprintln!("  lost: {lost:?}");
+        eprintln!("  lost: {lost:?}; features off: {:?}", a.features_off);
+        if a.started {
+            says_each_feature_off(&a);
+            let off = |f: &str| a.features_off.contains(f);
+            match drop.as_str() {
+                "CAP_SYS_PTRACE" => {
+                    assert!(off("container_libcuda") && off("kernel_stacks"), "{a:?}")
+                }
+                "CAP_SYSLOG" => assert_eq!(off("kernel_log"), dmesg_restricted(), "{a:?}"),
+                _ => {}
+            }
+        }
         table.insert(drop.clone(), lost);
     }
     // The reduced variant docs/capabilities.md describes: CAP_BPF and CAP_PERFMON instead of
@@ -548,9 +596,26 @@ fn the_agent_runs_with_exactly_the_units_capabilities() {
                 && r.failed_open
                 && r.stall_exe
                 && r.stall_wchan
-                && r.kernel_log,
+                && r.kernel_log
+                && r.ready,
             "the reduced variant (docs/capabilities.md) no longer keeps what it promises: {r:?}"
         );
+        says_each_feature_off(r);
+        for f in ["cuinit_calls", "kernel_stacks"] {
+            assert!(
+                r.features_off.contains(f),
+                "reduced variant: {f} not off: {r:?}"
+            );
+        }
+        // CAP_BPF alone: the programs load, nothing attaches. Alive, never ready.
+        eprintln!("CAP_BPF only:");
+        let b = measure(Some(&["CAP_BPF".to_string()]), None);
+        eprintln!("  {b:?}");
+        assert!(
+            b.started && !b.required_probes && !b.ready && b.features_off.contains("driver_calls"),
+            "with CAP_BPF only the agent must say it is not ready: {b:?}"
+        );
+        says_each_feature_off(&b);
     }
     assert!(
         unit.lost(&full).is_empty(),
@@ -566,6 +631,19 @@ fn the_agent_runs_with_exactly_the_units_capabilities() {
         unneeded.is_empty(),
         "the unit grants capabilities nothing measured needs: {unneeded:?}"
     );
+}
+
+/// Every feature off was said once at WARN, and none that is on.
+fn says_each_feature_off(a: &Abilities) {
+    assert_eq!(
+        a.features_warned, a.features_off,
+        "the log's feature_off records and uvmwatch_feature_enabled disagree: {a:?}"
+    );
+}
+
+/// `kernel.dmesg_restrict=1`: reading /dev/kmsg needs CAP_SYSLOG.
+fn dmesg_restricted() -> bool {
+    std::fs::read_to_string("/proc/sys/kernel/dmesg_restrict").is_ok_and(|s| s.trim() != "0")
 }
 
 // ---------------------------------------------------------------------------------------

@@ -83,8 +83,14 @@ pub fn assess(
         feature(
             "kernel_stacks",
             "the kernel stack of a stalled thread",
-            (!caps.sys_admin)
-                .then(|| "no CAP_SYS_ADMIN: /proc/<pid>/task/<tid>/stack is refused".into()),
+            match (caps.sys_admin, caps.sys_ptrace) {
+                (false, _) => Some("no CAP_SYS_ADMIN: /proc/<pid>/task/<tid>/stack is refused".into()),
+                (true, false) => Some(
+                    "no CAP_SYS_PTRACE: other processes' /proc/<pid>/task/<tid>/stack is refused"
+                        .into(),
+                ),
+                (true, true) => None,
+            },
         ),
         feature(
             "kernel_log",
@@ -153,6 +159,13 @@ mod tests {
         let fs = assess(&t, &no_admin, true);
         assert!(!on(&fs, "cuinit_calls") && !on(&fs, "kernel_stacks"));
         assert!(on(&fs, DRIVER_CALLS) && on(&fs, "container_libcuda"));
+        let no_ptrace = Capabilities {
+            sys_ptrace: false,
+            ..Capabilities::all()
+        };
+        let fs = assess(&t, &no_ptrace, true);
+        assert!(!on(&fs, "container_libcuda") && !on(&fs, "kernel_stacks"));
+        assert!(on(&fs, "cuinit_calls"));
     }
 
     #[test]
