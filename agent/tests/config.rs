@@ -81,7 +81,25 @@ fn bad_files_are_refused_with_the_key_and_the_file() {
         ("lisen = \"x\"\n", "unknown key `lisen`"),
         ("listen = \n", "not valid TOML"),
         ("no-proc-scan = \"yes\"\n", "key `no-proc-scan` is a switch"),
-        ("cuinit-stall = \"soon\"\n", "cuinit-stall"),
+        ("cuinit-stall = \"soon\"\n", "key `cuinit-stall`"),
+        // Durations are thresholds and intervals: zero is meaningless.
+        (
+            "cuinit-stall = \"0s\"\n",
+            "key `cuinit-stall`: invalid value '0s'",
+        ),
+        ("log-repeat-window = \"0ms\"\n", "must be more than zero"),
+        ("ioctl-stall = \"-1s\"\n", "key `ioctl-stall`"),
+        // A number is not a path, nor a duration without its unit.
+        (
+            "libcuda = 5\n",
+            "key `libcuda`: expected a string, not the number 5",
+        ),
+        ("cuinit-stall = 20\n", "cuinit-stall = \"20s\""),
+        ("listen = 19400\n", "key `listen`: expected a string"),
+        ("listen = \"localhost\"\n", "key `listen`: invalid value"),
+        ("libcuda = true\n", "key `libcuda` takes a value"),
+        // A header is sent to an OTLP endpoint: without one it means nothing.
+        ("otlp-header = [\"a=b\"]\n", "keys from the file: `otlp-header`"),
         ("[run]\nlisten = \"x\"\n", "key `run`"),
         // A float would lose digits (535.10 is 535.1).
         ("driver-version = 535.10\n", "write the version as a string"),
@@ -92,9 +110,25 @@ fn bad_files_are_refused_with_the_key_and_the_file() {
         let (rc, _, err) = print_config(&["--config", f.to_str().unwrap()], &[]);
         assert_eq!(rc, 2, "{text}: {err}");
         assert!(err.contains(want), "{text}: {err}");
-        if want != "cuinit-stall" {
-            assert!(err.contains("bad.toml"), "{err}");
-        }
+        assert!(err.contains("bad.toml"), "{text}: {err}");
+    }
+    // The same checks for flags and the environment (clap names the flag there).
+    for (args, env, want) in [
+        (
+            vec!["--cuinit-stall", "0s"],
+            vec![],
+            "must be more than zero",
+        ),
+        (
+            vec![],
+            vec![("UVMWATCH_IOCTL_STALL", "0s")],
+            "must be more than zero",
+        ),
+        (vec!["--otlp-header", "a=b"], vec![], "--otlp-endpoint"),
+    ] {
+        let (rc, _, err) = print_config(&args, &env);
+        assert_eq!(rc, 2, "{args:?} {env:?}: {err}");
+        assert!(err.contains(want), "{args:?} {env:?}: {err}");
     }
     let (rc, _, err) = print_config(&["--config", "/nonexistent/uvmwatch.toml"], &[]);
     assert_eq!(rc, 2);

@@ -38,7 +38,7 @@ pub struct CaptureArgs {
     #[arg(long, value_name = "ID")]
     pub container: Option<String>,
     /// Stop after this long (e.g. 30s, 5m); without it, capture until Ctrl-C.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = super::positive_duration)]
     pub duration: Option<Duration>,
     /// File format.
     #[arg(long, value_enum, default_value_t = Format::Perfetto)]
@@ -47,13 +47,13 @@ pub struct CaptureArgs {
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: PathBuf,
     /// A cuInit still running after this long is reported as stalled.
-    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "20s", value_parser = super::positive_duration)]
     pub cuinit_stall: Duration,
     /// A driver ioctl still running after this long is reported as stalled.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = super::positive_duration)]
     pub ioctl_stall: Duration,
     /// Driver ioctls outside cuInit at least this long are captured (failed ones always).
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = super::positive_duration)]
     pub slow_ioctl: Duration,
     /// A libcuda file to probe in addition to those found (repeatable).
     #[arg(long)]

@@ -26,33 +26,43 @@ pub enum Source {
     Flag,
 }
 
-/// The file's entries as argument strings: key -> values (one per repetition; empty for a
-/// switch that is on). Switches set to `false` are left out.
+/// One value of the file, as the argument string it becomes and the TOML kind it had.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Value {
+    /// The argument text (`20s`, `/usr/lib/libcuda.so.1`, `5`).
+    pub text: String,
+    /// It was a TOML number (only numeric flags take one: `libcuda = 5` is not the path "5").
+    pub number: bool,
+}
+
+/// The file's entries: key -> values (one per repetition; empty for a switch that is on).
+/// Switches set to `false` are left out.
 ///
 /// # Errors
 /// Not TOML, a nested table, or a value that is not a string, integer, float, boolean or
 /// an array of those.
-pub fn parse(text: &str, file: &Path) -> Result<BTreeMap<String, Vec<String>>> {
+pub fn parse(text: &str, file: &Path) -> Result<BTreeMap<String, Vec<Value>>> {
     let table: toml::Table =
         toml::from_str(text).with_context(|| format!("{}: not valid TOML", file.display()))?;
     let mut out = BTreeMap::new();
     for (key, value) in table {
-        let scalar = |v: &toml::Value| -> Result<String> {
-            Ok(match v {
-                toml::Value::String(s) => s.clone(),
-                toml::Value::Integer(i) => i.to_string(),
+        let scalar = |v: &toml::Value| -> Result<Value> {
+            let (text, number) = match v {
+                toml::Value::String(s) => (s.clone(), false),
+                toml::Value::Integer(i) => (i.to_string(), true),
                 // `driver-version = 535.10` is a TOML float, 535.1: the digits are lost.
                 toml::Value::Float(_) if key == "driver-version" => bail!(
                     "{}: key `driver-version`: write the version as a string, e.g. driver-version = \"535.104.05\"",
                     file.display()
                 ),
-                toml::Value::Float(f) => f.to_string(),
-                toml::Value::Boolean(b) => b.to_string(),
+                toml::Value::Float(f) => (f.to_string(), true),
+                toml::Value::Boolean(b) => (b.to_string(), false),
                 _ => bail!(
                     "{}: key `{key}`: expected a string, number or boolean",
                     file.display()
                 ),
-            })
+            };
+            Ok(Value { text, number })
         };
         let values = match &value {
             toml::Value::Boolean(true) => vec![],
@@ -65,13 +75,33 @@ pub fn parse(text: &str, file: &Path) -> Result<BTreeMap<String, Vec<String>>> {
     Ok(out)
 }
 
+/// Whether `arg` takes a number (its value parser makes an integer or a float).
+fn takes_number(arg: &clap::Arg) -> bool {
+    use std::any::TypeId;
+    let t = arg.get_value_parser().type_id();
+    [
+        TypeId::of::<u8>(),
+        TypeId::of::<u16>(),
+        TypeId::of::<u32>(),
+        TypeId::of::<u64>(),
+        TypeId::of::<usize>(),
+        TypeId::of::<i32>(),
+        TypeId::of::<i64>(),
+        TypeId::of::<f64>(),
+    ]
+    .iter()
+    .any(|n| t == *n)
+}
+
 /// Adds the configuration file's values (from `--config FILE` or `UVMWATCH_CONFIG`, for the
 /// `run` subcommand) to `args`, for every flag not already set on the command line or by
 /// its environment variable. Returns the new arguments and the keys that came from the file.
 ///
 /// # Errors
-/// The file cannot be read or parsed, a key is not a flag of `uvmwatch run`, or a switch is
-/// given a non-boolean value.
+/// The file cannot be read or parsed, a key is not a flag of `uvmwatch run`, a switch is
+/// given a non-boolean value, a number is given to a flag that does not take one, or a value
+/// the flag refuses (a zero duration, an address that does not parse, a flag that needs
+/// another): each names the key and the file.
 pub fn apply(cmd: Command, args: Vec<OsString>) -> Result<(Vec<OsString>, Vec<String>)> {
     let matches = match cmd.clone().try_get_matches_from(&args) {
         Ok(m) => m,
@@ -131,14 +161,70 @@ pub fn apply(cmd: Command, args: Vec<OsString>) -> Result<(Vec<OsString>, Vec<St
                 path.display()
             );
         }
+        if takes_value && values.is_empty() {
+            bail!("{}: key `{key}` takes a value, not `true`", path.display());
+        }
+        if let Some(v) = values.iter().find(|v| v.number && !takes_number(arg)) {
+            bail!(
+                "{}: key `{key}`: expected a string, not the number {}{}",
+                path.display(),
+                v.text,
+                if arg.get_value_parser().type_id() == std::any::TypeId::of::<std::time::Duration>()
+                {
+                    format!(" (a duration with its unit, e.g. {key} = \"{}s\")", v.text)
+                } else {
+                    format!(" (write {key} = \"{}\" if that is meant)", v.text)
+                }
+            );
+        }
         if values.is_empty() {
             out.push(format!("--{key}").into());
         } else {
             for v in values {
-                out.push(format!("--{key}={v}").into());
+                out.push(format!("--{key}={}", v.text).into());
             }
         }
         from_file.push(key);
+    }
+    // The file's values are checked here, by the same parser as flags, so that a refused
+    // one names its key and the file rather than a flag nobody typed.
+    if let Err(e) = cmd.try_get_matches_from(&out) {
+        use clap::error::{ContextKind, ContextValue};
+        let arg = match e.get(ContextKind::InvalidArg) {
+            Some(ContextValue::String(s)) => s.clone(),
+            Some(ContextValue::Strings(v)) => v.join(" "),
+            _ => String::new(),
+        };
+        let why = e.render().to_string();
+        let why: Vec<&str> = why
+            .lines()
+            .map(|l| l.trim_start_matches("error: ").trim())
+            .take_while(|l| !l.is_empty())
+            .collect();
+        let why = why.join(" ");
+        if let Some(key) = from_file
+            .iter()
+            .find(|k| arg.split([' ', '=']).next() == Some(format!("--{k}").as_str()))
+        {
+            bail!("{}: key `{key}`: {why}", path.display());
+        }
+        // A flag another needs, or two that exclude each other, with some from the file.
+        use clap::error::ErrorKind;
+        if matches!(
+            e.kind(),
+            ErrorKind::MissingRequiredArgument | ErrorKind::ArgumentConflict
+        ) && !from_file.is_empty()
+        {
+            bail!(
+                "{}: {why} (keys from the file: {})",
+                path.display(),
+                from_file
+                    .iter()
+                    .map(|k| format!("`{k}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
     }
     Ok((out, from_file))
 }
@@ -201,11 +287,18 @@ mod tests {
             Path::new("f.toml"),
         )
         .unwrap();
-        assert_eq!(m["listen"], vec!["127.0.0.1:1"]);
-        assert_eq!(m["libcuda"], vec!["/a", "/b"]);
+        let texts = |k: &str| m[k].iter().map(|v| v.text.as_str()).collect::<Vec<_>>();
+        assert_eq!(texts("listen"), vec!["127.0.0.1:1"]);
+        assert_eq!(texts("libcuda"), vec!["/a", "/b"]);
         assert!(m["no-proc-scan"].is_empty());
         assert!(!m.contains_key("other"));
-        assert_eq!(m["num"], vec!["5"]);
+        assert_eq!(
+            m["num"],
+            vec![Value {
+                text: "5".into(),
+                number: true
+            }]
+        );
     }
 
     #[test]

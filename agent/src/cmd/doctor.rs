@@ -47,7 +47,7 @@ pub struct DoctorArgs {
     #[arg(long)]
     pub probe: bool,
     /// How long the probed cuInit may take before it counts as hung.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = super::positive_duration)]
     pub probe_timeout: Duration,
     /// libcuda to call with --probe (default: the host's, from the ld cache).
     #[arg(long)]

@@ -111,6 +111,20 @@ impl Global {
     }
 }
 
+/// A duration flag's value (`20s`, `1m30s`, humantime's syntax): more than zero, since every
+/// duration the agent takes is a threshold, an interval or a timeout that 0 would make
+/// meaningless (a stall at once, a busy loop, no time at all).
+///
+/// # Errors
+/// Not a duration, or zero.
+pub fn positive_duration(s: &str) -> Result<std::time::Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if d.is_zero() {
+        return Err("must be more than zero".into());
+    }
+    Ok(d)
+}
+
 impl LogFormat {
     fn resolve(self) -> log::Format {
         use std::io::IsTerminal;

@@ -29,13 +29,13 @@ pub struct RunArgs {
     #[arg(long, default_value = DEFAULT_LISTEN, env = "UVMWATCH_LISTEN")]
     pub listen: SocketAddr,
     /// A cuInit still running after this long is reported as stalled (e.g. 20s, 1m).
-    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration, env = "UVMWATCH_CUINIT_STALL")]
+    #[arg(long, default_value = "20s", value_parser = super::positive_duration, env = "UVMWATCH_CUINIT_STALL")]
     pub cuinit_stall: Duration,
     /// A driver ioctl still running after this long is reported as stalled.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, env = "UVMWATCH_IOCTL_STALL")]
+    #[arg(long, default_value = "5s", value_parser = super::positive_duration, env = "UVMWATCH_IOCTL_STALL")]
     pub ioctl_stall: Duration,
     /// Driver ioctls at least this long are logged individually (capped at --ioctl-stall).
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration, env = "UVMWATCH_SLOW_IOCTL")]
+    #[arg(long, default_value = "1s", value_parser = super::positive_duration, env = "UVMWATCH_SLOW_IOCTL")]
     pub slow_ioctl: Duration,
     /// A libcuda file to probe in addition to those found (repeatable).
     #[arg(long)]
@@ -48,24 +48,24 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR|FILE", env = "UVMWATCH_EVIDENCE_ROOT")]
     pub evidence_root: Option<PathBuf>,
     /// How long a finding from a stall or failure stays active in uvmwatch_diagnosis.
-    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration, env = "UVMWATCH_DIAGNOSIS_TTL")]
+    #[arg(long, default_value = "10m", value_parser = super::positive_duration, env = "UVMWATCH_DIAGNOSIS_TTL")]
     pub diagnosis_ttl: Duration,
     /// How often the diagnosis facts (driver, module parameters, kernel log, nvidia-smi, ...)
     /// are read again.
-    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration, env = "UVMWATCH_EVIDENCE_REFRESH")]
+    #[arg(long, default_value = "5m", value_parser = super::positive_duration, env = "UVMWATCH_EVIDENCE_REFRESH")]
     pub evidence_refresh: Duration,
     /// Export spans (cuInit with its driver calls, stalls, diagnoses) over OTLP/HTTP
     /// protobuf to this endpoint (`<URL>/v1/traces`), e.g. http://127.0.0.1:4318.
     #[arg(long, value_name = "URL", env = "UVMWATCH_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
     /// Extra HTTP header for the OTLP endpoint (repeatable), e.g. authorization=Bearer x.
-    #[arg(long = "otlp-header", value_name = "KEY=VALUE", value_parser = otlp::parse_header)]
+    #[arg(long = "otlp-header", value_name = "KEY=VALUE", value_parser = otlp::parse_header, requires = "otlp_endpoint")]
     pub otlp_headers: Vec<(String, String)>,
     /// Compression of OTLP requests.
     #[arg(long, value_name = "none|gzip", default_value = "none", value_parser = otlp::Compression::parse)]
     pub otlp_compression: otlp::Compression,
     /// Timeout of one OTLP request.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = super::positive_duration)]
     pub otlp_timeout: Duration,
     /// Add bounded workload labels (engine, namespace, pod) to uvmwatch_cuinit_calls_total
     /// and uvmwatch_stalls_total (off by default: pod names churn with rollouts).
@@ -73,7 +73,7 @@ pub struct RunArgs {
     pub workload_labels: bool,
     /// A failure (process, call, result) logged once is then counted, and its count logged
     /// as one `repeated` record per this interval (the metrics count every call).
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "UVMWATCH_LOG_REPEAT_WINDOW")]
+    #[arg(long, default_value = "10s", value_parser = super::positive_duration, env = "UVMWATCH_LOG_REPEAT_WINDOW")]
     pub log_repeat_window: Duration,
     /// Kubernetes node name, exported as the resource attribute k8s.node.name.
     #[arg(long, value_name = "NAME", env = "NODE_NAME")]
