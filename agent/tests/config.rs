@@ -99,7 +99,10 @@ fn bad_files_are_refused_with_the_key_and_the_file() {
         ("listen = \"localhost\"\n", "key `listen`: invalid value"),
         ("libcuda = true\n", "key `libcuda` takes a value"),
         // A header is sent to an OTLP endpoint: without one it means nothing.
-        ("otlp-header = [\"a=b\"]\n", "keys from the file: `otlp-header`"),
+        (
+            "otlp-header = [\"a=b\"]\n",
+            "keys from the file: `otlp-header`",
+        ),
         ("[run]\nlisten = \"x\"\n", "key `run`"),
         // A float would lose digits (535.10 is 535.1).
         ("driver-version = 535.10\n", "write the version as a string"),

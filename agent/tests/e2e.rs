@@ -814,3 +814,67 @@ fn a_call_already_stuck_when_the_agent_starts_is_reported() {
     assert_eq!(end["outcome"], "returned");
     assert!(agent.stop());
 }
+
+#[test]
+fn a_hung_thread_whose_main_thread_exited_is_reported_with_its_identity_and_stack_path() {
+    require_env!(
+        "a_hung_thread_whose_main_thread_exited_is_reported_with_its_identity_and_stack_path"
+    );
+    let agent = Agent::start(&["--ioctl-stall", "1s", "--cuinit-stall", "30s"]);
+    let cfg = FakeDevConfig {
+        ioctl_rules: vec![IoctlRule::new(0x25, IoctlAction::Hang)],
+        ..FakeDevConfig::default()
+    };
+    let dev = FakeDev::start(artifacts(), cfg).unwrap();
+    // The main thread exits at once; a second thread calls cuInit and hangs in
+    // UVM_REGISTER_GPU (a launcher's worker thread outliving it).
+    let w = Workload::spawn_with_args(
+        &dev,
+        artifacts(),
+        WorkloadConfig {
+            scenario: Scenario::HangRegisterGpu,
+            gpus: 1,
+            wait_ms: 1500,
+            lib_location: LibLocation::PrivateNamespace,
+            fork_child: false,
+            extra_env: vec![],
+        },
+        &["--leader-exits"],
+    )
+    .expect("spawn workload");
+    let pid = w.pid();
+    let stall = agent.expect_event(
+        "ioctl stall",
+        |v| v["event"] == "stall" && v["call"] == "UVM_REGISTER_GPU" && pid_is(v, pid),
+        T,
+    );
+    let tid = stall["tid"].as_u64().unwrap();
+    assert_ne!(
+        tid, pid as u64,
+        "the stuck thread is not the main thread: {stall}"
+    );
+    // The main thread is a zombie: /proc/<pid>/exe is gone, the thread's own is not.
+    assert!(
+        std::fs::read_link(format!("/proc/{pid}/exe")).is_err(),
+        "the main thread has not exited"
+    );
+    assert!(
+        stall["exe"]
+            .as_str()
+            .is_some_and(|e| e.ends_with("cuda-workload")),
+        "exe from /proc/<pid>/task/<tid>: {stall}"
+    );
+    assert_eq!(stall["wchan"], "request_wait_answer", "{stall}");
+    let finding = agent.expect_event(
+        "the hang's finding",
+        |v| v["event"] == "diagnosis" && v["rule"] == "driver_hang" && pid_is(v, pid),
+        T,
+    );
+    let fix = finding["fix"].as_str().unwrap_or("");
+    let stack = format!("/proc/{pid}/task/{tid}/stack");
+    assert!(fix.contains(&stack), "the fix reads {stack}: {finding}");
+    assert!(!fix.contains(&format!("/proc/{pid}/stack")), "{finding}");
+    dev.release().unwrap();
+    drop(w);
+    assert!(agent.stop());
+}

@@ -2,7 +2,7 @@
  * cuda_workload.c - a minimal CUDA "application" for uvmwatch tests.
  *
  * usage: cuda-workload [--lib PATH] [--wait-ms N] [--flags N] [--fork-child] [--repeat N]
- *                      [--flood-ms N]
+ *                      [--flood-ms N] [--leader-exits]
  *
  * Loads libcuda (PATH, or "libcuda.so.1" through the dynamic linker's search)
  * with dlopen(RTLD_NOW), waits --wait-ms milliseconds (default 1500: a tracing
@@ -22,12 +22,17 @@
  *
  *     flood=<calls> per_second=<rate> pid=<pid>
  *
+ * With --leader-exits all of the above runs in a second thread and the main thread
+ * exits at once (pthread_exit): the process lives on with a zombie leader, whose
+ * /proc/<pid>/exe and cmdline are gone, as a launcher's worker thread would.
+ *
  * Exit status: 0 if the parent's last cuInit returned 0, 1 if it did not,
  * 2 on a usage, dlopen or dlsym error.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <stdio.h>
@@ -44,7 +49,7 @@ typedef int (*cu_init_fn)(unsigned int);
 static void usage(void)
 {
     fprintf(stderr, "usage: cuda-workload [--lib PATH] [--wait-ms N] [--flags N] "
-                    "[--fork-child] [--repeat N] [--flood-ms N]\n");
+                    "[--fork-child] [--repeat N] [--flood-ms N] [--leader-exits]\n");
     exit(2);
 }
 
@@ -103,35 +108,19 @@ static int call_and_report(cu_init_fn cu_init, unsigned int flags)
     return rc;
 }
 
-int main(int argc, char **argv)
-{
-    const char *lib = "libcuda.so.1";
-    unsigned long wait_ms = 1500;
-    unsigned long flags = 0;
-    unsigned long repeat = 1;
-    int fork_child = 0;
-    unsigned long flood_ms = 0;
+static struct {
+    const char *lib;
+    unsigned long wait_ms, flags, repeat, flood_ms;
+    int fork_child;
+} opt = {"libcuda.so.1", 1500, 0, 1, 0, 0};
 
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--lib") == 0) {
-            if (++i >= argc)
-                usage();
-            lib = argv[i];
-        } else if (strcmp(a, "--wait-ms") == 0) {
-            wait_ms = parse_number(a, i + 1 < argc ? argv[++i] : NULL);
-        } else if (strcmp(a, "--flags") == 0) {
-            flags = parse_number(a, i + 1 < argc ? argv[++i] : NULL);
-        } else if (strcmp(a, "--repeat") == 0) {
-            repeat = parse_number(a, i + 1 < argc ? argv[++i] : NULL);
-        } else if (strcmp(a, "--fork-child") == 0) {
-            fork_child = 1;
-        } else if (strcmp(a, "--flood-ms") == 0) {
-            flood_ms = parse_number(a, i + 1 < argc ? argv[++i] : NULL);
-        } else {
-            usage();
-        }
-    }
+/* Everything after the arguments; returns the exit status. */
+static int run(void)
+{
+    const char *lib = opt.lib;
+    unsigned long wait_ms = opt.wait_ms, flags = opt.flags, repeat = opt.repeat;
+    unsigned long flood_ms = opt.flood_ms;
+    int fork_child = opt.fork_child;
 
     void *handle = dlopen(lib, RTLD_NOW);
     if (handle == NULL) {
@@ -170,4 +159,46 @@ int main(int argc, char **argv)
         return 2;
 
     return rc == 0 ? 0 : 1;
+}
+
+static void *run_thread(void *unused)
+{
+    (void)unused;
+    exit(run());
+}
+
+int main(int argc, char **argv)
+{
+    int leader_exits = 0;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--lib") == 0) {
+            if (++i >= argc)
+                usage();
+            opt.lib = argv[i];
+        } else if (strcmp(a, "--wait-ms") == 0) {
+            opt.wait_ms = parse_number(a, i + 1 < argc ? argv[++i] : NULL);
+        } else if (strcmp(a, "--flags") == 0) {
+            opt.flags = parse_number(a, i + 1 < argc ? argv[++i] : NULL);
+        } else if (strcmp(a, "--repeat") == 0) {
+            opt.repeat = parse_number(a, i + 1 < argc ? argv[++i] : NULL);
+        } else if (strcmp(a, "--fork-child") == 0) {
+            opt.fork_child = 1;
+        } else if (strcmp(a, "--flood-ms") == 0) {
+            opt.flood_ms = parse_number(a, i + 1 < argc ? argv[++i] : NULL);
+        } else if (strcmp(a, "--leader-exits") == 0) {
+            leader_exits = 1;
+        } else {
+            usage();
+        }
+    }
+    if (!leader_exits)
+        return run();
+    pthread_t t;
+    if (pthread_create(&t, NULL, run_thread, NULL) != 0) {
+        fprintf(stderr, "cuda-workload: pthread_create failed\n");
+        return 2;
+    }
+    pthread_exit(NULL);
 }

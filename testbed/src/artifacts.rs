@@ -69,6 +69,7 @@ pub fn build_artifacts_with_fakedev(out_dir: &Path, fakedev: PathBuf) -> Result<
         workload.as_os_str(),
         workload_src.as_os_str(),
         "-ldl".as_ref(),
+        "-lpthread".as_ref(),
     ])?;
     Ok(Artifacts {
         libcuda,

@@ -218,6 +218,9 @@ pub struct Observations {
     pub cuinit_in_flight: bool,
     /// Driver call the thread is inside now, for an in-flight `cuInit` or stalled ioctl.
     pub stuck_in: Option<SeenCall>,
+    /// Thread id of the stuck thread (it may not be the process's main thread, which may
+    /// even have exited).
+    pub stuck_tid: Option<u32>,
     /// `wchan` and state of the stuck thread (`/proc`), e.g. `uvm_...` / `D (disk sleep)`.
     pub stuck_wchan: Option<String>,
     /// State of the stuck thread.
@@ -240,4 +243,17 @@ pub struct Observations {
     /// `cuInit` took: without persistence the driver brings the GPU up in that open.
     #[serde(default)]
     pub first_gpu_open_seconds: Option<f64>,
+}
+
+impl Observations {
+    /// The stuck thread's procfs directory, for the report's sources and commands:
+    /// `/proc/<pid>/task/<tid>` (its own `stack`, `wchan`, `stat`, also when the main thread
+    /// has exited), `/proc/<pid>` without a thread id.
+    pub fn stuck_thread_dir(&self) -> String {
+        match (self.pid, self.stuck_tid) {
+            (Some(pid), Some(tid)) => format!("/proc/{pid}/task/{tid}"),
+            (Some(pid), None) => format!("/proc/{pid}"),
+            (None, _) => "/proc/<pid>".to_string(),
+        }
+    }
 }

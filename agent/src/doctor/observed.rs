@@ -362,10 +362,7 @@ fn unexplained(o: &Observations, severity: Severity, what: &str) -> Finding {
             SRC_CUINIT,
         ));
     }
-    let proc_of = |file: &str| match o.pid {
-        Some(pid) => format!("/proc/{pid}/{file}"),
-        None => format!("/proc/<pid>/{file}"),
-    };
+    let proc_of = |file: &str| format!("{}/{file}", o.stuck_thread_dir());
     if let Some(c) = &o.stuck_in {
         evidence.push(item("call in flight", call_text(c), SRC_IOCTL));
     }

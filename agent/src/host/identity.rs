@@ -86,7 +86,28 @@ impl Identities {
 /// Reads the identity of `pid`: what procfs shows, the workload identified from it (with
 /// the identity's own readings standing in for files that are gone).
 pub fn read(proc_root: &Path, pid: u32, comm_hint: &str) -> Process {
-    let t = procfs::read_thread(proc_root, pid, pid).ok();
+    let leader = procfs::read_thread(proc_root, pid, pid).ok();
+    // The main thread may have exited while others run on (a zombie leader has no `exe` nor
+    // `cmdline`): then the identity is read through a live thread, named as the process.
+    let t = match leader {
+        Some(t) if t.exe.is_some() => Some(t),
+        leader => procfs::list_threads(proc_root, pid)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|&tid| tid != pid)
+            .find_map(|tid| {
+                procfs::read_thread(proc_root, pid, tid)
+                    .ok()
+                    .filter(|t| t.exe.is_some())
+            })
+            .map(|mut t| {
+                if let Some(l) = &leader {
+                    t.comm.clone_from(&l.comm);
+                }
+                t
+            })
+            .or(leader),
+    };
     let mut p = Process {
         pid,
         ns_pid: procfs::ns_pid(proc_root, pid).ok().flatten(),

@@ -243,6 +243,7 @@ pub fn observations(ev: &Event, unavailable: impl FnOnce() -> Vec<String>) -> Op
                     result: String::new(),
                     seconds: ev.ts_ns.saturating_sub(start) as f64 / 1e9,
                 }),
+                stuck_tid: Some(ev.tid),
                 stuck_wchan: (!t.wchan.is_empty()).then(|| t.wchan.clone()),
                 stuck_state: t.read.then(|| t.state.clone()),
                 stuck_stack: t.stack.clone(),

@@ -106,10 +106,7 @@ pub(super) fn check(e: &Evidence, o: &Observations) -> Option<Finding> {
         )
     };
     let mut f = finding("driver_hang", severity, confidence, title);
-    let pid = o
-        .pid
-        .map(|p| p.to_string())
-        .unwrap_or_else(|| "<pid>".into());
+    let dir = o.stuck_thread_dir();
     push_cuinit(&mut f, o);
     if let Some(c) = stuck {
         f.evidence
@@ -117,18 +114,15 @@ pub(super) fn check(e: &Evidence, o: &Observations) -> Option<Finding> {
     }
     if let Some(s) = &o.stuck_state {
         f.evidence
-            .push(item("thread state", s.clone(), format!("/proc/{pid}/stat")));
+            .push(item("thread state", s.clone(), format!("{dir}/stat")));
     }
     if let Some(w) = &o.stuck_wchan {
         f.evidence
-            .push(item("wchan", w.clone(), format!("/proc/{pid}/wchan")));
+            .push(item("wchan", w.clone(), format!("{dir}/wchan")));
     }
     for frame in o.stuck_stack.iter().filter(|s| nv_symbol(s)).take(4) {
-        f.evidence.push(item(
-            "kernel stack",
-            frame.clone(),
-            format!("/proc/{pid}/stack"),
-        ));
+        f.evidence
+            .push(item("kernel stack", frame.clone(), format!("{dir}/stack")));
     }
     for l in hangs.iter().take(3) {
         f.evidence
@@ -136,7 +130,7 @@ pub(super) fn check(e: &Evidence, o: &Observations) -> Option<Finding> {
     }
     if stuck.is_some() && o.stuck_wchan.is_none() && o.stuck_stack.is_empty() {
         f.unchecked.push(format!(
-            "wchan and kernel stack of the stuck thread not readable (/proc/{pid}/stack needs root)"
+            "wchan and kernel stack of the stuck thread not readable ({dir}/stack needs root)"
         ));
     }
     if let Some(why) = ioctl_blind.filter(|_| stuck.is_none()) {
@@ -147,7 +141,7 @@ pub(super) fn check(e: &Evidence, o: &Observations) -> Option<Finding> {
         f.unchecked.push(s);
     }
 
-    let stack_cmd = format!("sudo cat /proc/{pid}/stack");
+    let stack_cmd = format!("sudo cat {dir}/stack");
     if stuck.is_some_and(|c| c.call == REGISTER_GPU) {
         f.fix.push(step(
             Where::Any,
@@ -210,6 +204,19 @@ mod tests {
         );
         assert!(f.evidence.iter().any(|i| i.source == "/proc/4242/wchan"));
         assert!(has_fix(&f, Where::Any, "/proc/4242/stack"));
+        // A thread other than the main one (which may have exited): its own directory.
+        let f = run(
+            "driver_hang",
+            &healthy_open_host(),
+            &hang.with(|o| o.stuck_tid = Some(4250)),
+        )
+        .expect("finding");
+        assert!(f
+            .evidence
+            .iter()
+            .any(|i| i.source == "/proc/4242/task/4250/wchan"));
+        assert!(has_fix(&f, Where::Any, "cat /proc/4242/task/4250/stack"));
+        assert!(!has_fix(&f, Where::Any, "/proc/4242/stack"));
     }
 
     #[test]

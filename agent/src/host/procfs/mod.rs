@@ -122,17 +122,28 @@ pub fn read_thread(proc_root: &Path, pid: u32, tid: u32) -> Result<ThreadInfo> {
     let (comm, state) =
         parse_stat_comm_state(&stat).with_context(|| format!("parsing {}", stat_path.display()))?;
 
-    let cmdline_path = proc_dir.join("cmdline");
-    let cmdline =
-        fs::read(&cmdline_path).with_context(|| format!("reading {}", cmdline_path.display()))?;
+    // The thread's own view of the process (`task/<tid>/`): the process's directory shows
+    // its main thread's, which has no `exe` nor `cmdline` once that thread has exited while
+    // others run on.
+    // (Each read falls back to the process's directory.)
+    let in_task_else_process = |name: &str| [task_dir.join(name), proc_dir.join(name)];
+    let [task_cmdline, cmdline_path] = in_task_else_process("cmdline");
+    let cmdline = fs::read(&task_cmdline)
+        .or_else(|_| fs::read(&cmdline_path))
+        .with_context(|| format!("reading {}", cmdline_path.display()))?;
     let cmdline = split_nul(&cmdline);
 
     let wchan = read_optional(&task_dir.join("wchan")).and_then(|w| {
         let w = w.trim();
         (!w.is_empty() && w != "0").then(|| w.to_string())
     });
-    let exe = fs::read_link(proc_dir.join("exe")).ok();
-    let container_id = read_optional(&proc_dir.join("cgroup")).and_then(|c| container_id(&c));
+    let exe = in_task_else_process("exe")
+        .iter()
+        .find_map(|p| fs::read_link(p).ok());
+    let container_id = in_task_else_process("cgroup")
+        .iter()
+        .find_map(|p| read_optional(p))
+        .and_then(|c| container_id(&c));
     let kernel_stack = read_optional(&task_dir.join("stack")).map(|s| parse_kernel_stack(&s));
 
     // The optional reads above swallow errors; make sure they did not describe a thread
@@ -387,6 +398,42 @@ mod tests {
         let real = list_pids(Path::new("/proc")).unwrap();
         assert!(real.contains(&std::process::id()));
         assert!(real.contains(&1));
+    }
+
+    #[test]
+    fn a_thread_whose_main_thread_exited_is_read_through_its_own_directory() {
+        // As procfs shows a zombie leader: no exe nor cmdline in the process's directory,
+        // the running thread's own in task/<tid>/.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("300");
+        let t = p.join("task").join("301");
+        write(
+            &p.join("task/300/stat"),
+            b"300 (launcher) Z 1 300 300 0 -1 0 0 0 0 0 0 0 0 0 20 0 2 0\n",
+        );
+        write(&p.join("cmdline"), b"");
+        write(
+            &t.join("stat"),
+            b"301 (worker) S 1 300 300 0 -1 0 0 0 0 0 0 0 0 0 20 0 2 0\n",
+        );
+        write(&t.join("cmdline"), b"python3\0serve.py\0");
+        write(
+            &t.join("cgroup"),
+            format!("0::/system.slice/docker-{ID}.scope\n").as_bytes(),
+        );
+        symlink("/usr/bin/python3.11", t.join("exe")).unwrap();
+        let w = read_thread(dir.path(), 300, 301).unwrap();
+        assert_eq!(w.exe, Some(PathBuf::from("/usr/bin/python3.11")));
+        assert_eq!(w.cmdline, vec!["python3", "serve.py"]);
+        assert_eq!(w.container_id.as_deref(), Some(ID));
+        let leader = read_thread(dir.path(), 300, 300).unwrap();
+        assert_eq!((leader.state, leader.exe), ('Z', None));
+        // The process's identity comes through the live thread, named as the process.
+        let id = crate::host::identity::read(dir.path(), 300, "");
+        assert_eq!(
+            (id.comm.as_str(), id.exe.as_str()),
+            ("launcher", "/usr/bin/python3.11")
+        );
     }
 
     #[test]
