@@ -111,13 +111,16 @@ pub fn emit<T: 'static>(ev: &T) {
 // aggregates
 // ---------------------------------------------------------------------------------------------
 
-/// Adds one to `map[key]` of this CPU, creating the entry at 1.
+/// Adds one to `map[key]` of this CPU, creating the entry at 1; a full map is counted in
+/// counter `full`.
 #[inline(always)]
-pub fn count<K>(map: &PerCpuHashMap<K, u64>, key: &K) {
+pub fn count<K>(map: &PerCpuHashMap<K, u64>, key: &K, full: u32) {
     match map.get_ptr_mut(key) {
         Some(c) => unsafe { *c += 1 },
         None => {
-            let _ = map.insert(key, &1, 0);
+            if map.insert(key, &1, 0).is_err() {
+                bump(full);
+            }
         }
     }
 }
@@ -157,7 +160,10 @@ pub fn ensure_proc(tgid: u32, now: u64) -> Option<ProcState> {
         _pad: 0,
         forked_ns: 0,
     };
-    PROCS.insert(&tgid, &p, 0).ok()?;
+    if PROCS.insert(&tgid, &p, 0).is_err() {
+        bump(counter::PROCS_FULL);
+        return None;
+    }
     Some(p)
 }
 

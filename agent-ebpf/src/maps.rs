@@ -25,6 +25,11 @@ pub static CONFIG: Array<Config> = Array::with_max_entries(1, 0);
 /// Where each ioctl command keeps its `rmStatus` (filled by user space from its tables).
 #[map]
 pub static CMDS: HashMap<CmdKey, CmdInfo> = HashMap::with_max_entries(1024, 0);
+/// Every request user space can name: UVM commands by request number, RM escapes by
+/// `_IOC_NR` (`CmdKey::cmd`). The aggregates keep a named request under its number and the
+/// rest under [`uvmwatch_common::UNKNOWN_CMD`].
+#[map]
+pub static NAMED_CMDS: HashMap<CmdKey, u8> = HashMap::with_max_entries(1024, 0);
 
 // ---------------------------------------------------------------------------------------------
 // to user space
@@ -64,12 +69,30 @@ pub static INFLIGHT_CUINIT: LruHashMap<u32, InflightCuinit> = LruHashMap::with_m
 /// An `open`, `openat` or `openat2` between enter and exit. Only NVIDIA nodes and libcuda files.
 #[map]
 pub static PENDING_OPEN: HashMap<u32, OpenEvent> = HashMap::with_max_entries(4096, 0);
+/// An open whose path could not be read at entry (its page not mapped yet): the path's
+/// address, for the exit to read it again.
+#[map]
+pub static PENDING_PATH: HashMap<u32, PendingPath> = HashMap::with_max_entries(4096, 0);
 /// A `dup*`/`fcntl(F_DUPFD*)` of a tracked fd between enter and exit.
 #[map]
 pub static PENDING_DUP: HashMap<u32, PendingDup> = HashMap::with_max_entries(4096, 0);
 /// Entry times of probed kernel functions in progress, per (thread, function).
 #[map]
 pub static KF_START: LruHashMap<KfKey, u64> = LruHashMap::with_max_entries(16384, 0);
+
+/// Value of [`PENDING_PATH`].
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PendingPath {
+    /// User-space address of the path.
+    pub filename: u64,
+    /// The `O_*` flags of the open.
+    pub open_flags: u64,
+    pub start_ns: u64,
+    /// 1 when the open is inside `cuInit`.
+    pub in_cuinit: u32,
+    pub _pad: u32,
+}
 
 /// Value of [`PENDING_DUP`].
 #[repr(C)]

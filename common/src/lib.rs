@@ -326,9 +326,52 @@ pub mod counter {
     /// process went past [`super::Config::failure_events_per_second`]; the call is counted
     /// in the aggregates all the same.
     pub const THROTTLED: u32 = 3;
+    /// An open's path could not be read at its entry nor at its exit: the open is not seen.
+    pub const PATH_UNREADABLE: u32 = 4;
+    /// `PROCS` was full: a process's fd generation or fork parent was not kept.
+    pub const PROCS_FULL: u32 = 5;
+    /// `PENDING_OPEN` was full: an open of an NVIDIA node or libcuda was not followed.
+    pub const PENDING_OPEN_FULL: u32 = 6;
+    /// `PENDING_PATH` was full: a path unreadable at entry could not be read at exit.
+    pub const PENDING_PATH_FULL: u32 = 7;
+    /// `PENDING_DUP` was full: a dup of a tracked fd was not followed.
+    pub const PENDING_DUP_FULL: u32 = 8;
+    /// `IOCTL_HIST` was full: a call's latency was not counted.
+    pub const IOCTL_HIST_FULL: u32 = 9;
+    /// `IOCTL_RESULTS` was full: a call's result was not counted.
+    pub const IOCTL_RESULTS_FULL: u32 = 10;
+    /// `OPENS` was full: a device open was not counted.
+    pub const OPENS_FULL: u32 = 11;
+    /// `KF_RESULTS` was full: a kernel function's result was not counted.
+    pub const KF_RESULTS_FULL: u32 = 12;
     /// Number of counters.
-    pub const COUNT: u32 = 4;
+    pub const COUNT: u32 = 13;
+    /// Every "map full" counter and the `map` label `uvmwatch_kernel_map_full_total` gives
+    /// it. The LRU maps (in-flight calls, kernel-function starts, failure budgets) recycle
+    /// their oldest entry instead of refusing one and have no counter; `INFLIGHT_FULL` counts
+    /// an in-flight insert refused all the same.
+    pub const MAP_FULL: [(u32, &str); 10] = [
+        (INFLIGHT_FULL, "inflight"),
+        (FDS_FULL, "fds"),
+        (PROCS_FULL, "procs"),
+        (PENDING_OPEN_FULL, "pending_open"),
+        (PENDING_PATH_FULL, "pending_path"),
+        (PENDING_DUP_FULL, "pending_dup"),
+        (IOCTL_HIST_FULL, "ioctl_hist"),
+        (IOCTL_RESULTS_FULL, "ioctl_results"),
+        (OPENS_FULL, "opens"),
+        (KF_RESULTS_FULL, "kf_results"),
+    ];
 }
+
+/// [`IoctlKey::cmd`] of every request number the running driver's layout table does not
+/// know (not in `CMDS`): unknown commands share one key per node and result, so a process
+/// issuing thousands of distinct numbers cannot fill the aggregates (`_IOC_NR` 0xff with an
+/// impossible size: no real request has it).
+pub const UNKNOWN_CMD: u32 = 0xffff_ffff;
+
+/// NVIDIA's ioctl type byte, `'F'` (`NV_IOCTL_MAGIC`, `kernel-open/common/inc/nv-ioctl-numbers.h`).
+pub const NV_IOCTL_MAGIC: u32 = b'F' as u32;
 
 /// Runtime settings written by user space into the one-entry `CONFIG` array.
 #[repr(C)]

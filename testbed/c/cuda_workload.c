@@ -2,7 +2,8 @@
  * cuda_workload.c - a minimal CUDA "application" for uvmwatch tests.
  *
  * usage: cuda-workload [--lib PATH] [--wait-ms N] [--flags N] [--fork-child] [--repeat N]
- *                      [--flood-ms N] [--leader-exits]
+ *                      [--flood-ms N] [--leader-exits] [--cold-open]
+ *                      [--distinct-cmds N] [--dup-fds N]
  *
  * Loads libcuda (PATH, or "libcuda.so.1" through the dynamic linker's search)
  * with dlopen(RTLD_NOW), waits --wait-ms milliseconds (default 1500: a tracing
@@ -22,6 +23,16 @@
  *
  *     flood=<calls> per_second=<rate> pid=<pid>
  *
+ * The kernel side's losses, each provoked after the cuInit calls:
+ * --cold-open opens /dev/nvidia-uvm through a path in a file mapping never touched
+ * before (its page not mapped: a tracepoint program cannot read it at the open's entry)
+ * and issues one FICLONE on the fd (EBADF at the VFS); prints
+ *     cold_open fd=<fd> ioctl_errno=<errno>
+ * --distinct-cmds N issues N distinct request numbers no driver defines (_IOC_NR 0xfe,
+ * sizes 0..N-1, type 'x') on a /dev/nvidia-uvm fd; prints distinct_cmds=<N>.
+ * --dup-fds N dups one /dev/nvidia-uvm fd up to N times (RLIMIT_NOFILE raised to its hard
+ * limit), keeps them until exit; prints dup_fds=<done>.
+ *
  * With --leader-exits all of the above runs in a second thread and the main thread
  * exits at once (pthread_exit): the process lives on with a zombie leader, whose
  * /proc/<pid>/exe and cmdline are gone, as a launcher's worker thread would.
@@ -39,6 +50,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -49,7 +62,7 @@ typedef int (*cu_init_fn)(unsigned int);
 static void usage(void)
 {
     fprintf(stderr, "usage: cuda-workload [--lib PATH] [--wait-ms N] [--flags N] "
-                    "[--fork-child] [--repeat N] [--flood-ms N] [--leader-exits]\n");
+                    "[--fork-child] [--repeat N] [--flood-ms N] [--leader-exits] [--cold-open] [--distinct-cmds N] [--dup-fds N]\n");
     exit(2);
 }
 
@@ -100,6 +113,79 @@ static int flood(unsigned long ms)
     return 0;
 }
 
+static int cold_open(void)
+{
+    char tmpl[] = "/tmp/cuda-workload-path-XXXXXX";
+    int t = mkstemp(tmpl);
+    if (t < 0) {
+        perror("cuda-workload: mkstemp");
+        return 2;
+    }
+    static const char node[] = "/dev/nvidia-uvm";
+    if (write(t, node, sizeof node) != (ssize_t)sizeof node) {
+        perror("cuda-workload: write");
+        return 2;
+    }
+    /* Out of the page cache's mappings too: the first touch must fault. */
+    fsync(t);
+    posix_fadvise(t, 0, 0, POSIX_FADV_DONTNEED);
+    const char *path = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, t, 0);
+    unlink(tmpl);
+    close(t);
+    if (path == MAP_FAILED) {
+        perror("cuda-workload: mmap");
+        return 2;
+    }
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        perror("cuda-workload: open (cold path)");
+        return 2;
+    }
+    int rc = ioctl(fd, FICLONE, -1);
+    printf("cold_open fd=%d ioctl_errno=%d\n", fd, rc < 0 ? errno : 0);
+    fflush(stdout);
+    close(fd);
+    munmap((void *)path, 4096);
+    return 0;
+}
+
+static int distinct_cmds(unsigned long n)
+{
+    int fd = open("/dev/nvidia-uvm", O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        perror("cuda-workload: open /dev/nvidia-uvm");
+        return 2;
+    }
+    char buf[1];
+    for (unsigned long i = 0; i < n; i++)
+        (void)ioctl(fd, _IOC(_IOC_NONE, 'x', 0xfe, i & _IOC_SIZEMASK), buf);
+    printf("distinct_cmds=%lu\n", n);
+    fflush(stdout);
+    close(fd);
+    return 0;
+}
+
+static int dup_fds(unsigned long n)
+{
+    /* Up to the hard limit (raising it needs CAP_SYS_RESOURCE). */
+    struct rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r) == 0) {
+        r.rlim_cur = r.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &r);
+    }
+    int fd = open("/dev/nvidia-uvm", O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        perror("cuda-workload: open /dev/nvidia-uvm");
+        return 2;
+    }
+    unsigned long done = 0;
+    while (done < n && dup(fd) >= 0)
+        done++;
+    printf("dup_fds=%lu\n", done);
+    fflush(stdout);
+    return 0;
+}
+
 static int call_and_report(cu_init_fn cu_init, unsigned int flags)
 {
     int rc = cu_init(flags);
@@ -110,9 +196,9 @@ static int call_and_report(cu_init_fn cu_init, unsigned int flags)
 
 static struct {
     const char *lib;
-    unsigned long wait_ms, flags, repeat, flood_ms;
-    int fork_child;
-} opt = {"libcuda.so.1", 1500, 0, 1, 0, 0};
+    unsigned long wait_ms, flags, repeat, flood_ms, distinct_cmds, dup_fds;
+    int fork_child, cold_open;
+} opt = {"libcuda.so.1", 1500, 0, 1, 0, 0, 0, 0, 0};
 
 /* Everything after the arguments; returns the exit status. */
 static int run(void)
@@ -157,6 +243,12 @@ static int run(void)
 
     if (flood_ms > 0 && flood(flood_ms) != 0)
         return 2;
+    if (opt.cold_open && cold_open() != 0)
+        return 2;
+    if (opt.distinct_cmds > 0 && distinct_cmds(opt.distinct_cmds) != 0)
+        return 2;
+    if (opt.dup_fds > 0 && dup_fds(opt.dup_fds) != 0)
+        return 2;
 
     return rc == 0 ? 0 : 1;
 }
@@ -187,6 +279,12 @@ int main(int argc, char **argv)
             opt.fork_child = 1;
         } else if (strcmp(a, "--flood-ms") == 0) {
             opt.flood_ms = parse_number(a, i + 1 < argc ? argv[++i] : NULL);
+        } else if (strcmp(a, "--cold-open") == 0) {
+            opt.cold_open = 1;
+        } else if (strcmp(a, "--distinct-cmds") == 0) {
+            opt.distinct_cmds = parse_number(a, i + 1 < argc ? argv[++i] : NULL);
+        } else if (strcmp(a, "--dup-fds") == 0) {
+            opt.dup_fds = parse_number(a, i + 1 < argc ? argv[++i] : NULL);
         } else if (strcmp(a, "--leader-exits") == 0) {
             leader_exits = 1;
         } else {

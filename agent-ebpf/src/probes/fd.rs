@@ -3,10 +3,10 @@
 //! target of a `dup2`/`dup3` that replaced a tracked fd with an untracked file).
 
 use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::tracepoint, programs::TracePointContext};
-use uvmwatch_common::{FdInfo, FD_CLOEXEC};
+use uvmwatch_common::{counter, FdInfo, FD_CLOEXEC};
 
 use super::{SysExitArgs, SyscallHead, O_CLOEXEC};
-use crate::helpers::{ids, resolve_fd, track_fd, untrack_fd};
+use crate::helpers::{bump, ids, resolve_fd, track_fd, untrack_fd};
 use crate::maps::{PendingDup, PENDING_DUP};
 
 /// `F_DUPFD` and `F_DUPFD_CLOEXEC` (`include/uapi/linux/fcntl.h`).
@@ -167,7 +167,10 @@ fn dup_enter(oldfd: u64, newfd: i64, cloexec: bool) -> Option<()> {
         src_tracked: src.is_some() as u32,
         cloexec: cloexec as u32,
     };
-    PENDING_DUP.insert(&tid, &p, 0).ok()
+    if PENDING_DUP.insert(&tid, &p, 0).is_err() {
+        bump(counter::PENDING_DUP_FULL);
+    }
+    None
 }
 
 #[inline(always)]

@@ -11,7 +11,7 @@ use aya_ebpf::{
 };
 use uvmwatch_common::{
     counter, hist_bucket, node, result, rm_cmd_key, CmdKey, InflightIoctl, IoctlEvent, IoctlKey,
-    EVENT_IOCTL, IOCTL_FAILED, IOCTL_IN_CUINIT, IOCTL_SLOW,
+    EVENT_IOCTL, IOCTL_FAILED, IOCTL_IN_CUINIT, IOCTL_SLOW, NV_IOCTL_MAGIC, UNKNOWN_CMD,
 };
 
 use super::{SysExitArgs, SyscallHead};
@@ -19,7 +19,7 @@ use crate::helpers::{
     add_sample, bump, config, count, emit, failed, failure_allowed, header, ids, resolve_fd,
 };
 use crate::maps::{
-    CMDS, INFLIGHT_CUINIT, INFLIGHT_IOCTL, IOCTL_HIST, IOCTL_RESULTS, PROCS, ZERO_HIST,
+    CMDS, INFLIGHT_CUINIT, INFLIGHT_IOCTL, IOCTL_HIST, IOCTL_RESULTS, NAMED_CMDS, PROCS, ZERO_HIST,
 };
 
 /// `syscalls:sys_enter_ioctl`, 6.18:
@@ -89,6 +89,30 @@ fn try_ioctl_enter(ctx: &TracePointContext) -> Option<()> {
     Some(())
 }
 
+/// Whether user space can name request `cmd` on a node of kind `node_kind` (as
+/// `decode::nvidia::ioctl_name` does): UVM by request number, RM by `_IOC_NR`, and on a
+/// negative fd either, an RM escape only with NVIDIA's type byte.
+#[inline(always)]
+fn named(node_kind: u8, cmd: u32) -> bool {
+    let uvm = || unsafe { NAMED_CMDS.get(&CmdKey { uvm: 1, cmd }) }.is_some();
+    let rm = || {
+        unsafe {
+            NAMED_CMDS.get(&CmdKey {
+                uvm: 0,
+                cmd: cmd & 0xff,
+            })
+        }
+        .is_some()
+    };
+    if node::is_uvm(node_kind) {
+        uvm()
+    } else if node_kind == node::INVALID_FD {
+        uvm() || ((cmd >> 8) & 0xff == NV_IOCTL_MAGIC && rm())
+    } else {
+        rm()
+    }
+}
+
 /// `syscalls:sys_exit_ioctl` ([`SysExitArgs`]).
 #[tracepoint]
 pub fn ioctl_exit(ctx: TracePointContext) -> u32 {
@@ -128,7 +152,11 @@ fn try_ioctl_exit(ctx: &TracePointContext) -> Option<()> {
     };
 
     let hk = IoctlKey {
-        cmd: call.cmd,
+        cmd: if named(call.node, call.cmd) {
+            call.cmd
+        } else {
+            UNKNOWN_CMD
+        },
         node: call.node,
         minor: call.minor,
         result_kind: 0,
@@ -140,7 +168,9 @@ fn try_ioctl_exit(ctx: &TracePointContext) -> Option<()> {
         Some(h) => add_sample(h, b, dur),
         None => {
             if let Some(z) = ZERO_HIST.get_ptr(0) {
-                let _ = IOCTL_HIST.insert(&hk, unsafe { &*z }, 0);
+                if IOCTL_HIST.insert(&hk, unsafe { &*z }, 0).is_err() {
+                    bump(counter::IOCTL_HIST_FULL);
+                }
                 if let Some(h) = IOCTL_HIST.get_ptr_mut(&hk) {
                     add_sample(h, b, dur);
                 }
@@ -152,7 +182,7 @@ fn try_ioctl_exit(ctx: &TracePointContext) -> Option<()> {
         code,
         ..hk
     };
-    count(&IOCTL_RESULTS, &rk);
+    count(&IOCTL_RESULTS, &rk, counter::IOCTL_RESULTS_FULL);
 
     let failed = failed(kind, code);
     let slow = config().map(|c| dur >= c.slow_ioctl_ns).unwrap_or(false);

@@ -11,7 +11,7 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 use uvmwatch_common::{
-    hist_bucket, kfunc, node, result, KfKey, KfResultKey, KfuncEvent, EVENT_KFUNC,
+    counter, hist_bucket, kfunc, node, result, KfKey, KfResultKey, KfuncEvent, EVENT_KFUNC,
 };
 
 use crate::helpers::{add_sample, config, count, emit, failed, header, ids};
@@ -84,7 +84,7 @@ fn kf_exit(ctx: &RetProbeContext, func: u32, ret_kind: u8) {
         _pad: [0; 3],
         code,
     };
-    count(&KF_RESULTS, &rk);
+    count(&KF_RESULTS, &rk, counter::KF_RESULTS_FULL);
     if failed(kind, code) {
         let ev = KfuncEvent {
             header: header(EVENT_KFUNC, tgid, tid, now),

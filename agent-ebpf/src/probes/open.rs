@@ -2,6 +2,12 @@
 //! NVIDIA node is counted in `OPENS` and a successful one is remembered in `FDS` per (tgid, fd);
 //! failed opens and opens inside `cuInit` are reported. A read-only open of a file named
 //! `libcuda.so*` is reported too, so user space can attach the `cuInit` uprobes.
+//!
+//! A tracepoint program cannot fault a page in: a path whose page is not mapped yet (a
+//! string in a file mapping not touched before) cannot be read at entry. The enter then
+//! keeps the path's address (`PENDING_PATH`) and the exit reads it again, after the kernel
+//! copied it in (`getname`); a path unreadable at both is counted
+//! (`counter::PATH_UNREADABLE`).
 
 use aya_ebpf::{
     helpers::{bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_str_bytes},
@@ -9,13 +15,13 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use uvmwatch_common::{
-    classify_dev_path, node, OpenKey, EVENT_OPEN, FD_CLOEXEC, OPEN_IN_CUINIT, OPEN_LIBCUDA,
-    OPEN_PATH_TRUNCATED, PATH_LEN,
+    classify_dev_path, counter, node, OpenEvent, OpenKey, EVENT_OPEN, FD_CLOEXEC, OPEN_IN_CUINIT,
+    OPEN_LIBCUDA, OPEN_PATH_TRUNCATED, PATH_LEN,
 };
 
 use super::{SysExitArgs, SyscallHead, O_CLOEXEC};
-use crate::helpers::{config, count, emit, failure_allowed, header, ids, track_fd};
-use crate::maps::{INFLIGHT_CUINIT, OPENS, PENDING_OPEN, SCRATCH_OPEN};
+use crate::helpers::{bump, config, count, emit, failure_allowed, header, ids, track_fd};
+use crate::maps::{PendingPath, INFLIGHT_CUINIT, OPENS, PENDING_OPEN, PENDING_PATH, SCRATCH_OPEN};
 
 /// `O_ACCMODE` and `O_RDONLY` (`include/uapi/asm-generic/fcntl.h`).
 const O_ACCMODE: u64 = 0o3;
@@ -144,7 +150,8 @@ pub fn openat2_enter(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// What the three enters share: classify the path, keep the pending open for the exit.
+/// What the three enters share: classify the path, keep the pending open for the exit; a
+/// path that cannot be read yet is kept for the exit to read.
 #[inline(always)]
 fn enter(filename: u64, open_flags: u64) -> Option<()> {
     let cfg = config()?;
@@ -152,11 +159,59 @@ fn enter(filename: u64, open_flags: u64) -> Option<()> {
     if tgid == cfg.agent_tgid {
         return None;
     }
-    let ev = SCRATCH_OPEN.get_ptr_mut(0)?;
+    let now = unsafe { bpf_ktime_get_ns() };
+    let in_cuinit = unsafe { INFLIGHT_CUINIT.get(&tid) }.is_some();
+    match pending_open(filename, open_flags, tgid, tid, now, in_cuinit) {
+        Classified::Pending(ev) => {
+            if PENDING_OPEN.insert(&tid, ev, 0).is_err() {
+                bump(counter::PENDING_OPEN_FULL);
+            }
+            None
+        }
+        Classified::NotOurs => None,
+        Classified::Unreadable => {
+            let p = PendingPath {
+                filename,
+                open_flags,
+                start_ns: now,
+                in_cuinit: in_cuinit as u32,
+                _pad: 0,
+            };
+            if PENDING_PATH.insert(&tid, &p, 0).is_err() {
+                bump(counter::PENDING_PATH_FULL);
+            }
+            None
+        }
+    }
+}
+
+/// What reading and classifying an open's path gave.
+enum Classified {
+    /// An open to follow to its exit, built in `SCRATCH_OPEN`.
+    Pending(&'static OpenEvent),
+    /// Not an NVIDIA node nor a libcuda load.
+    NotOurs,
+    /// The path could not be read (its page not mapped yet).
+    Unreadable,
+}
+
+/// Reads the path at `filename` into `SCRATCH_OPEN` and builds the pending open from it.
+#[inline(always)]
+fn pending_open(
+    filename: u64,
+    open_flags: u64,
+    tgid: u32,
+    tid: u32,
+    start_ns: u64,
+    in_cuinit: bool,
+) -> Classified {
+    let Some(ev) = SCRATCH_OPEN.get_ptr_mut(0) else {
+        return Classified::NotOurs;
+    };
     let ev = unsafe { &mut *ev };
     let len = match unsafe { bpf_probe_read_user_str_bytes(filename as *const u8, &mut ev.path) } {
         Ok(s) => s.len(),
-        Err(_) => return None,
+        Err(_) => return Classified::Unreadable,
     };
     let mut head = [0u8; 32];
     let mut i = 0;
@@ -170,25 +225,24 @@ fn enter(filename: u64, open_flags: u64) -> Option<()> {
         // Libraries are opened read-only by the loader; writes (copies, image extraction)
         // are not loads.
         if open_flags & O_ACCMODE != O_RDONLY || !basename_is_libcuda(&ev.path, len) {
-            return None;
+            return Classified::NotOurs;
         }
         flags |= OPEN_LIBCUDA;
     }
     if len >= PATH_LEN - 1 {
         flags |= OPEN_PATH_TRUNCATED;
     }
-    let now = unsafe { bpf_ktime_get_ns() };
-    if unsafe { INFLIGHT_CUINIT.get(&tid) }.is_some() {
+    if in_cuinit {
         flags |= OPEN_IN_CUINIT;
     }
-    ev.header = header(EVENT_OPEN, tgid, tid, now);
-    ev.start_ns = now;
+    ev.header = header(EVENT_OPEN, tgid, tid, start_ns);
+    ev.start_ns = start_ns;
     ev.ret = 0;
     ev.open_flags = open_flags as u32;
     ev.flags = flags;
     ev.node = kind;
     ev.minor = minor;
-    PENDING_OPEN.insert(&tid, ev, 0).ok()
+    Classified::Pending(ev)
 }
 
 /// Whether the NUL-terminated path's last component starts with `libcuda.so`.
@@ -247,11 +301,31 @@ pub fn open_exit(ctx: TracePointContext) -> u32 {
 
 fn try_open_exit(ctx: &TracePointContext) -> Option<()> {
     let (tgid, tid) = ids();
-    let pending = unsafe { PENDING_OPEN.get(&tid) }?;
     let ev = SCRATCH_OPEN.get_ptr_mut(0)?;
     let ev = unsafe { &mut *ev };
-    *ev = *pending;
-    let _ = PENDING_OPEN.remove(&tid);
+    if let Some(pending) = unsafe { PENDING_OPEN.get(&tid) } {
+        *ev = *pending;
+        let _ = PENDING_OPEN.remove(&tid);
+    } else {
+        // The path was not readable at entry: the kernel has copied it in by now.
+        let p = unsafe { PENDING_PATH.get(&tid) }.copied()?;
+        let _ = PENDING_PATH.remove(&tid);
+        match pending_open(
+            p.filename,
+            p.open_flags,
+            tgid,
+            tid,
+            p.start_ns,
+            p.in_cuinit != 0,
+        ) {
+            Classified::Pending(_) => {}
+            Classified::NotOurs => return None,
+            Classified::Unreadable => {
+                bump(counter::PATH_UNREADABLE);
+                return None;
+            }
+        }
+    }
     let ret = unsafe { ctx.read_at::<SysExitArgs>(0) }.ok()?.ret;
     let now = unsafe { bpf_ktime_get_ns() };
     ev.ret = ret;
@@ -269,7 +343,7 @@ fn try_open_exit(ctx: &TracePointContext) -> Option<()> {
         _pad: 0,
         errno,
     };
-    count(&OPENS, &key);
+    count(&OPENS, &key, counter::OPENS_FULL);
     if ret >= 0 {
         let fl = if ev.open_flags as u64 & O_CLOEXEC != 0 {
             FD_CLOEXEC

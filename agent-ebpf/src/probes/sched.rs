@@ -15,7 +15,9 @@ use uvmwatch_common::{
 
 use super::TraceEntry;
 use crate::helpers::{config, emit, header, ids};
-use crate::maps::{INFLIGHT_CUINIT, INFLIGHT_IOCTL, PENDING_DUP, PENDING_OPEN, PROCS};
+use crate::maps::{
+    INFLIGHT_CUINIT, INFLIGHT_IOCTL, PENDING_DUP, PENDING_OPEN, PENDING_PATH, PROCS,
+};
 
 /// `sched:sched_process_fork`, 6.18:
 ///
@@ -177,6 +179,7 @@ fn try_exit(ctx: &TracePointContext) -> Option<()> {
     let (tgid, tid) = ids();
     let now = unsafe { bpf_ktime_get_ns() };
     let _ = PENDING_OPEN.remove(&tid);
+    let _ = PENDING_PATH.remove(&tid);
     let _ = PENDING_DUP.remove(&tid);
     let cu = unsafe { INFLIGHT_CUINIT.get(&tid) }.copied();
     let io = unsafe { INFLIGHT_IOCTL.get(&tid) }.copied();

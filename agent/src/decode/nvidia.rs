@@ -32,6 +32,16 @@ pub fn uvm_ioctl(cmd: u32) -> Option<&'static str> {
     layouts::uvm_name(cmd)
 }
 
+/// Every request [`ioctl_name`] can name, as the kernel side's `NAMED_CMDS` keys them:
+/// (`true`, UVM request number) and (`false`, RM escape `_IOC_NR`).
+pub fn named_requests() -> impl Iterator<Item = (bool, u32)> {
+    layouts::named_uvm_cmds().map(|c| (true, c)).chain(
+        (0..=255u8)
+            .filter(|nr| rm_escape(*nr).is_some())
+            .map(|nr| (false, nr as u32)),
+    )
+}
+
 /// The name of the RM escape with this `_IOC_NR`, if any.
 pub fn rm_escape(nr: u8) -> Option<&'static str> {
     layouts::rm_name(nr).or_else(|| {

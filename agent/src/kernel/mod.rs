@@ -153,11 +153,29 @@ impl Kernel {
             tracefs,
         };
         k.load_layout(settings.layout)?;
+        k.load_named_cmds()?;
         k.write_config(settings)?;
         k.load_programs();
         k.attach_tracepoints();
         k.attach_kprobes();
         Ok(k)
+    }
+
+    /// Fills `NAMED_CMDS` with every request user space names (in any known driver), so the
+    /// aggregates keep the others under one key ([`uvmwatch_common::UNKNOWN_CMD`]).
+    fn load_named_cmds(&mut self) -> Result<()> {
+        let mut named: HashMap<&mut MapData, CmdKey, u8> =
+            HashMap::try_from(self.bpf.map_mut("NAMED_CMDS").context("map NAMED_CMDS")?)?;
+        for (uvm, cmd) in crate::decode::nvidia::named_requests() {
+            let key = CmdKey {
+                uvm: uvm as u32,
+                cmd,
+            };
+            named
+                .insert(key, 1, 0)
+                .with_context(|| format!("NAMED_CMDS[{cmd:#x}]"))?;
+        }
+        Ok(())
     }
 
     /// Replaces the status locations in `CMDS` by `layout`'s: UVM commands by request

@@ -33,7 +33,7 @@ const TSV: &str = include_str!("nvidia-layouts.tsv");
 
 /// `NV_IOCTL_MAGIC` ('F'): the `_IOC` type NVIDIA's user space puts in RM escapes
 /// (`nv-ioctl-numbers.h`). The driver itself looks only at `_IOC_NR` and `_IOC_SIZE`.
-pub const NV_IOCTL_MAGIC: u32 = b'F' as u32;
+pub use uvmwatch_common::NV_IOCTL_MAGIC;
 
 fn table() -> &'static Table {
     static TABLE: OnceLock<Table> = OnceLock::new();
@@ -243,4 +243,17 @@ pub fn uvm_name(cmd: u32) -> Option<&'static str> {
 /// `NV_ESC_RM_NVLOG_CTRL` in 525.125.06 to 535.x).
 pub fn rm_name(nr: u8) -> Option<&'static str> {
     name_of(Kind::Rm, nr as u32)
+}
+
+/// Every UVM request number [`uvm_name`] names.
+pub fn named_uvm_cmds() -> impl Iterator<Item = u32> {
+    let mut cmds: Vec<u32> = table()
+        .rows
+        .iter()
+        .filter(|r| r.kind == Kind::Uvm)
+        .map(|r| r.cmd)
+        .collect();
+    cmds.sort_unstable();
+    cmds.dedup();
+    cmds.into_iter()
 }

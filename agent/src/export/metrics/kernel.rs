@@ -40,6 +40,7 @@ const KERNEL_FAMILIES: &[(&str, &[&str])] = &[
     ("uvmwatch_kernel_function_duration_seconds", &["function"]),
     ("uvmwatch_events_dropped_total", &[]),
     ("uvmwatch_kernel_map_full_total", &["map"]),
+    ("uvmwatch_device_open_paths_unreadable_total", &[]),
     ("uvmwatch_tracked_fds", &[]),
 ];
 
@@ -302,16 +303,20 @@ impl Collector for KernelCollector {
         out.push(family(
             "uvmwatch_kernel_map_full_total",
             MetricType::COUNTER,
-            vec![
-                counter_metric(
-                    labels(&[("map", "inflight".into())]),
-                    c[counter::INFLIGHT_FULL as usize] as f64,
-                ),
-                counter_metric(
-                    labels(&[("map", "fds".into())]),
-                    c[counter::FDS_FULL as usize] as f64,
-                ),
-            ],
+            counter::MAP_FULL
+                .iter()
+                .map(|(i, map)| {
+                    counter_metric(labels(&[("map", (*map).into())]), c[*i as usize] as f64)
+                })
+                .collect(),
+        ));
+        out.push(family(
+            "uvmwatch_device_open_paths_unreadable_total",
+            MetricType::COUNTER,
+            vec![counter_metric(
+                vec![],
+                c[counter::PATH_UNREADABLE as usize] as f64,
+            )],
         ));
         out.push(family(
             "uvmwatch_tracked_fds",
