@@ -791,7 +791,7 @@ mod tests {
         assert_eq!(size_of::<IoctlKey>(), 12);
         assert_eq!(size_of::<LatencyHist>(), 8 * (HIST_BUCKETS + 2));
         assert_eq!(size_of::<OpenKey>(), 8);
-        assert_eq!(size_of::<Config>(), 24);
+        assert_eq!(size_of::<Config>(), 32);
         assert_eq!(MAX_EVENT_SIZE, 200);
         assert_eq!(size_of::<KfuncEvent>(), 72);
         assert_eq!(size_of::<KfKey>(), 8);

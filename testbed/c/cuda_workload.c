@@ -2,7 +2,7 @@
  * cuda_workload.c - a minimal CUDA "application" for uvmwatch tests.
  *
  * usage: cuda-workload [--lib PATH] [--wait-ms N] [--flags N] [--fork-child] [--repeat N]
- *                      [--flood-ms N]
+ *                      [--flood-ms N] [--ctx CALL [--device N]] [--hold-ms N]
  *
  * Loads libcuda (PATH, or "libcuda.so.1" through the dynamic linker's search)
  * with dlopen(RTLD_NOW), waits --wait-ms milliseconds (default 1500: a tracing
@@ -22,6 +22,17 @@
  *
  *     flood=<calls> per_second=<rate> pid=<pid>
  *
+ * With --ctx CALL the process then asks for the device count and creates a
+ * context on --device N (default 0) with CALL (cuCtxCreate, cuCtxCreate_v2,
+ * cuCtxCreate_v3, cuCtxCreate_v4 or cuDevicePrimaryCtxRetain; cuDeviceGetCount
+ * asks for the count only), printing
+ *
+ *     cuDeviceGetCount=<rc> count=<n> pid=<pid>
+ *     <CALL>=<rc> pid=<pid>
+ *
+ * With --hold-ms N the process stays N milliseconds more before it exits (as an
+ * application goes on after its start-up), so a tracer can still read its /proc.
+ *
  * Exit status: 0 if the parent's last cuInit returned 0, 1 if it did not,
  * 2 on a usage, dlopen or dlsym error.
  */
@@ -40,11 +51,16 @@
 #include <unistd.h>
 
 typedef int (*cu_init_fn)(unsigned int);
+typedef int (*cu_count_fn)(int *);
+typedef int (*cu_ctx_fn)(void **, unsigned int, int);
+typedef int (*cu_ctx_v3_fn)(void **, void *, int, unsigned int, int);
+typedef int (*cu_ctx_v4_fn)(void **, void *, unsigned int, int);
+typedef int (*cu_primary_fn)(void **, int);
 
 static void usage(void)
 {
     fprintf(stderr, "usage: cuda-workload [--lib PATH] [--wait-ms N] [--flags N] "
-                    "[--fork-child] [--repeat N] [--flood-ms N]\n");
+                    "[--fork-child] [--repeat N] [--flood-ms N] [--ctx CALL [--device N]] [--hold-ms N]\n");
     exit(2);
 }
 
@@ -95,6 +111,44 @@ static int flood(unsigned long ms)
     return 0;
 }
 
+static void *symbol(void *handle, const char *name)
+{
+    void *f = dlsym(handle, name);
+    if (f == NULL) {
+        fprintf(stderr, "cuda-workload: dlsym(%s): %s\n", name, dlerror());
+        exit(2);
+    }
+    return f;
+}
+
+/* cuDeviceGetCount, then the context creation `call` on `dev`; returns 0, or 2 for an
+ * unknown call. */
+static int contexts(void *handle, const char *call, int dev)
+{
+    int count = -1;
+    int rc = ((cu_count_fn)symbol(handle, "cuDeviceGetCount"))(&count);
+    printf("cuDeviceGetCount=%d count=%d pid=%d\n", rc, count, (int)getpid());
+    fflush(stdout);
+    if (strcmp(call, "cuDeviceGetCount") == 0)
+        return 0;
+    void *ctx = NULL;
+    if (strcmp(call, "cuCtxCreate") == 0 || strcmp(call, "cuCtxCreate_v2") == 0)
+        rc = ((cu_ctx_fn)symbol(handle, call))(&ctx, 0, dev);
+    else if (strcmp(call, "cuCtxCreate_v3") == 0)
+        rc = ((cu_ctx_v3_fn)symbol(handle, call))(&ctx, NULL, 0, 0, dev);
+    else if (strcmp(call, "cuCtxCreate_v4") == 0)
+        rc = ((cu_ctx_v4_fn)symbol(handle, call))(&ctx, NULL, 0, dev);
+    else if (strcmp(call, "cuDevicePrimaryCtxRetain") == 0)
+        rc = ((cu_primary_fn)symbol(handle, call))(&ctx, dev);
+    else {
+        fprintf(stderr, "cuda-workload: unknown --ctx call '%s'\n", call);
+        return 2;
+    }
+    printf("%s=%d pid=%d\n", call, rc, (int)getpid());
+    fflush(stdout);
+    return 0;
+}
+
 static int call_and_report(cu_init_fn cu_init, unsigned int flags)
 {
     int rc = cu_init(flags);
@@ -111,6 +165,9 @@ int main(int argc, char **argv)
     unsigned long repeat = 1;
     int fork_child = 0;
     unsigned long flood_ms = 0;
+    const char *ctx_call = NULL;
+    unsigned long device = 0;
+    unsigned long hold_ms = 0;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -126,6 +183,14 @@ int main(int argc, char **argv)
             repeat = parse_number(a, i + 1 < argc ? argv[++i] : NULL);
         } else if (strcmp(a, "--fork-child") == 0) {
             fork_child = 1;
+        } else if (strcmp(a, "--ctx") == 0) {
+            if (++i >= argc)
+                usage();
+            ctx_call = argv[i];
+        } else if (strcmp(a, "--hold-ms") == 0) {
+            hold_ms = parse_number(a, i + 1 < argc ? argv[++i] : NULL);
+        } else if (strcmp(a, "--device") == 0) {
+            device = parse_number(a, i + 1 < argc ? argv[++i] : NULL);
         } else if (strcmp(a, "--flood-ms") == 0) {
             flood_ms = parse_number(a, i + 1 < argc ? argv[++i] : NULL);
         } else {
@@ -166,8 +231,13 @@ int main(int argc, char **argv)
             ;
     }
 
+    if (ctx_call != NULL && contexts(handle, ctx_call, (int)device) != 0)
+        return 2;
+
     if (flood_ms > 0 && flood(flood_ms) != 0)
         return 2;
+
+    sleep_ms(hold_ms);
 
     return rc == 0 ? 0 : 1;
 }

@@ -601,6 +601,8 @@ impl Kernel {
     }
 
     /// Detaches uprobe links (registry index, link); errors are ignored (the link is gone).
+    /// Each detach waits for an RCU tasks-trace grace period in the kernel
+    /// (`uprobe_unregister_sync`, under a lock: detaches cannot overlap).
     fn detach_links(&mut self, links: Vec<(usize, UProbeLinkId)>) {
         for (i, link) in links {
             let program = self.specs[i].program;

@@ -25,19 +25,23 @@ fn src(call: &str) -> String {
 
 /// The GPUs a process has, for its device count to be held against, when its count
 /// (`cuDeviceGetCount`) is below them: the GPU nodes (`/dev/nvidia<N>`) it sees in its own
-/// root (what its container was given: `NVIDIA_VISIBLE_DEVICES`, the device cgroup), else
-/// the GPUs `nvidia-smi` lists. CUDA enumerates one device per GPU it may use, fewer under
+/// root (what its container was given: `NVIDIA_VISIBLE_DEVICES`, the device cgroup); when
+/// those were not read (the process was gone, a snapshot without them), the GPUs
+/// `nvidia-smi` lists, but only with MIG on (a host's GPU count says nothing of what one
+/// container was given). CUDA enumerates one device per GPU it may use, fewer under
 /// `CUDA_VISIBLE_DEVICES`, and with MIG on one per MIG device (a GPU instance with a compute
-/// instance) in place of the GPU, none for a GPU without one. More devices than GPUs is
-/// MIG partitioning at work, not this class.
+/// instance) in place of the GPU, none for a GPU without one. More devices than GPUs is MIG
+/// partitioning at work, not this class.
 pub fn device_count_disagrees(
     smi: Option<&SmiInfo>,
     gpu_nodes: Option<u32>,
     count: i32,
 ) -> Option<u32> {
-    let gpus = gpu_nodes
-        .filter(|&n| n > 0)
-        .or_else(|| smi.map(|s| s.gpus).filter(|&g| g > 0))?;
+    let gpus = gpu_nodes.filter(|&n| n > 0).or_else(|| {
+        smi.filter(|s| s.mig_mode.iter().any(|m| m == "Enabled"))
+            .map(|s| s.gpus)
+            .filter(|&g| g > 0)
+    })?;
     (i64::from(count) < i64::from(gpus)).then_some(gpus)
 }
 
@@ -506,20 +510,15 @@ mod tests {
             (Severity::Critical, Confidence::Medium)
         );
         // Near misses: the count matches the nodes, or exceeds them (MIG devices); without
-        // nodes read, nvidia-smi's one GPU is the measure.
+        // the nodes read and MIG off, nvidia-smi's GPUs are no measure (a container may
+        // have been given fewer).
         for ok in [
             watched().cuinit(0, 0.2).device_count(2).gpu_nodes(2),
             watched().cuinit(0, 0.2).device_count(7).gpu_nodes(2),
-            watched().cuinit(0, 0.2).device_count(1),
+            watched().cuinit(0, 0.2).device_count(0),
         ] {
             assert_eq!(run("policy_or_partition", &e, &ok), None, "{ok:?}");
         }
-        assert!(run(
-            "policy_or_partition",
-            &e,
-            &watched().cuinit(0, 0.2).device_count(0)
-        )
-        .is_some());
     }
 
     #[test]
@@ -561,13 +560,15 @@ mod tests {
             "2 (2 with MIG on)"
         );
         assert!(has_fix(f, Where::Container, "nvidia-smi -L"));
-        // The same count on two GPUs without MIG, unexplained: a warning of low confidence.
+        // The same count on two GPUs without MIG: the host's GPUs are no measure, the
+        // process's GPU nodes are (two of them, unexplained: a warning of low confidence).
         let plain_two = SnapshotSpec {
             smi: smi_h200(2, |_| {}),
             ..SnapshotSpec::default()
         };
+        absent(&diagnose_spec(&plain_two, &one), "policy_or_partition");
         expect(
-            &diagnose_spec(&plain_two, &one),
+            &diagnose_spec(&plain_two, &one.clone().gpu_nodes(2)),
             "policy_or_partition",
             Severity::Warning,
             Confidence::Low,
