@@ -7,7 +7,7 @@
 //! The tree follows the data path:
 //! * [`probes`]: the programs, one file per hook group: `open` (`open`, `openat`, `openat2`: device opens, libcuda
 //!   loads), `fd` (`close`, `dup*`, `fcntl`), `ioctl` (driver calls), `cuinit` (the `cuInit`
-//!   uprobes), `sched` (fork, exec, exit), `kfunc` (the kprobe/kretprobe pairs, one per row
+//!   uprobes), `ctx` (the context and device-count uprobes), `sched` (fork, exec, exit), `kfunc` (the kprobe/kretprobe pairs, one per row
 //!   of `uvmwatch_common::kfuncs!`);
 //! * [`maps`]: every map, with what it holds;
 //! * [`helpers`]: what the programs share: ids, counters, record headers and sending, and the

@@ -6,8 +6,9 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use uvmwatch_common::{
-    counter, kfunc, CmdInfo, CmdKey, Config, FdInfo, FdKey, InflightCuinit, InflightIoctl,
-    IoctlKey, KfKey, KfResultKey, LatencyHist, OpenEvent, OpenKey, ProcState, RateWindow,
+    counter, ctxcall, kfunc, CmdInfo, CmdKey, Config, CtxKey, CtxResultKey, FdInfo, FdKey,
+    InflightCtx, InflightCuinit, InflightIoctl, IoctlKey, KfKey, KfResultKey, LatencyHist,
+    OpenEvent, OpenKey, ProcState, RateWindow,
 };
 
 /// `BPF_F_NO_PREALLOC`: per-CPU hashes grow with use instead of reserving
@@ -76,6 +77,14 @@ pub static PENDING_PATH: HashMap<u32, PendingPath> = HashMap::with_max_entries(4
 /// A `dup*`/`fcntl(F_DUPFD*)` of a tracked fd between enter and exit.
 #[map]
 pub static PENDING_DUP: HashMap<u32, PendingDup> = HashMap::with_max_entries(4096, 0);
+/// CUDA context and device calls between entry and return, per (thread, slot): the
+/// `cuCtxCreate` versions share a slot, so only the outermost of nested ones counts.
+#[map]
+pub static INFLIGHT_CTX: LruHashMap<CtxKey, InflightCtx> = LruHashMap::with_max_entries(8192, 0);
+/// The last `cuDeviceGetCount` result sent to user space, per process (tgid): a count sent
+/// once is not sent again for that process. Cleared on exec and on the process's exit.
+#[map]
+pub static DEVCOUNT_SENT: LruHashMap<u32, i32> = LruHashMap::with_max_entries(8192, 0);
 /// Entry times of probed kernel functions in progress, per (thread, function).
 #[map]
 pub static KF_START: LruHashMap<KfKey, u64> = LruHashMap::with_max_entries(16384, 0);
@@ -127,6 +136,14 @@ pub static KF_HIST: PerCpuArray<LatencyHist> = PerCpuArray::with_max_entries(kfu
 /// Kernel-function result counters per (function, result kind, code).
 #[map]
 pub static KF_RESULTS: PerCpuHashMap<KfResultKey, u64> =
+    PerCpuHashMap::with_max_entries(1024, NO_PREALLOC);
+
+/// CUDA context and device call latency histograms, indexed by [`ctxcall`] id.
+#[map]
+pub static CTX_HIST: PerCpuArray<LatencyHist> = PerCpuArray::with_max_entries(ctxcall::COUNT, 0);
+/// CUDA context and device call result counters per (call, `CUresult`).
+#[map]
+pub static CTX_RESULTS: PerCpuHashMap<CtxResultKey, u64> =
     PerCpuHashMap::with_max_entries(1024, NO_PREALLOC);
 
 // ---------------------------------------------------------------------------------------------

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use common::{artifacts, metric, Agent};
 use serde_json::Value;
 use uvmwatch_testbed::{
-    write_snapshot_fixture, FakeDev, FakeDevConfig, IoctlAction, IoctlRule, LibLocation,
-    OpenDenial, Scenario, SnapshotSpec, Workload, WorkloadConfig,
+    snapshot::{smi_q, SmiGpu},
+    write_snapshot_fixture, ContextLine, FakeDev, FakeDevConfig, IoctlAction, IoctlRule,
+    LibLocation, OpenDenial, Scenario, SnapshotSpec, Workload, WorkloadConfig,
 };
 
 const T: Duration = Duration::from_secs(20);
@@ -235,6 +236,246 @@ fn a_child_forked_after_init_is_named_fork_after_init() {
             .starts_with("fork_after_init"),
         "{end}"
     );
+    assert!(agent.stop());
+}
+
+/// A snapshot of the default machine (two H200s) with every GPU in `compute_mode`.
+fn host_in_compute_mode(compute_mode: &str) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("uvmwatch-snapshot")
+        .tempdir()
+        .unwrap();
+    let mut spec = SnapshotSpec::default();
+    let version = spec.driver.as_ref().unwrap().version.clone();
+    let gpus: Vec<SmiGpu> = (0..2)
+        .map(|i| SmiGpu {
+            compute_mode: compute_mode.into(),
+            ..SmiGpu::h200(i)
+        })
+        .collect();
+    spec.smi = Some(smi_q(&version, &gpus));
+    write_snapshot_fixture(dir.path(), &spec).unwrap();
+    dir
+}
+
+/// Runs a workload on `gpus` fake GPUs that, after `cuInit`, asks for the device count and
+/// calls `call` on device 0 (`--ctx`), with `env` set, then lives a second more (as an
+/// application goes on); returns its pid and `--ctx` lines. The library is `lib`, one host
+/// file for every workload of a test: one libcuda probed (each costs the agent 14 uprobe
+/// detaches at its stop, about 0.3 s each here).
+fn context_workload(
+    lib: &std::path::Path,
+    gpus: u32,
+    call: &str,
+    env: &[(&str, &str)],
+) -> (u32, Vec<ContextLine>) {
+    let dev = FakeDev::start(
+        artifacts(),
+        FakeDevConfig {
+            gpus,
+            ..FakeDevConfig::default()
+        },
+    )
+    .unwrap();
+    let mut w = Workload::spawn_with_args(
+        &dev,
+        artifacts(),
+        WorkloadConfig {
+            gpus,
+            extra_env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            lib_location: LibLocation::HostPath(lib.join("libcuda.so.1")),
+            ..WorkloadConfig::default()
+        },
+        &["--ctx", call, "--hold-ms", "1000"],
+    )
+    .expect("spawn workload");
+    let pid = w.pid();
+    let out = w.wait_timeout(T).unwrap();
+    assert_eq!(out.cuinit_lines().first().map(|l| l.rc), Some(0), "{out:?}");
+    (pid, out.context_lines())
+}
+
+fn diagnosis_of(agent: &Agent, pid: u32, rule: &str) -> Vec<Value> {
+    agent
+        .events("diagnosis")
+        .into_iter()
+        .filter(|v| pid_is(v, pid) && v["rule"] == rule)
+        .collect()
+}
+
+#[test]
+fn a_context_creation_refused_by_exclusive_process_mode_is_named_policy_live() {
+    require_env!("a_context_creation_refused_by_exclusive_process_mode_is_named_policy_live");
+    let snap = host_in_compute_mode("Exclusive_Process");
+    let agent = Agent::start(&["--evidence-root", snap.path().to_str().unwrap()]);
+    let libs = common::host_lib_dir();
+    let held = [("UVMWATCH_FAKE_COMPUTE_MODE", "exclusive_process_held")];
+    for call in ["cuCtxCreate_v2", "cuDevicePrimaryCtxRetain"] {
+        let (pid, lines) = context_workload(libs.path(), 1, call, &held);
+        assert_eq!(lines[1].call, call);
+        assert_eq!(lines[1].rc, 46);
+        let rec = agent.expect_event(
+            "failed context_call",
+            |v| v["event"] == "context_call" && v["level"] == "ERROR" && pid_is(v, pid),
+            T,
+        );
+        assert_eq!(rec["call"], call);
+        assert_eq!(rec["device"], "0");
+        assert_eq!(rec["result"], "CUDA_ERROR_DEVICE_UNAVAILABLE");
+        assert!(
+            rec["diagnosis"]
+                .as_str()
+                .unwrap()
+                .starts_with("policy_or_partition"),
+            "{rec}"
+        );
+        let d = agent.expect_event(
+            "policy_or_partition diagnosis",
+            |v| v["event"] == "diagnosis" && v["rule"] == "policy_or_partition" && pid_is(v, pid),
+            T,
+        );
+        assert_eq!(d["trigger"], "context_call");
+        assert_eq!(d["severity"], "critical");
+        assert!(d["title"].as_str().unwrap().contains(call), "{d}");
+        assert!(d["evidence"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("[probe:{call}]")));
+        assert!(d["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("compute mode=Exclusive_Process, Exclusive_Process"));
+    }
+    // Near miss: the same machine, the GPU free: the context is created, nothing is judged.
+    let (pid, lines) = context_workload(libs.path(), 1, "cuCtxCreate_v2", &[]);
+    assert_eq!(lines[1].rc, 0);
+    let ok = agent.expect_event(
+        "successful context_call",
+        |v| v["event"] == "context_call" && v["call"] == "cuCtxCreate_v2" && pid_is(v, pid),
+        T,
+    );
+    assert_eq!(ok["level"], "DEBUG");
+    assert_eq!(ok["result"], "CUDA_SUCCESS");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(diagnosis_of(&agent, pid, "policy_or_partition").is_empty());
+    let m = agent.metrics();
+    let calls = |call: &str, result: &str| {
+        metric(
+            &m,
+            "uvmwatch_cuda_context_calls_total",
+            &[("call", call), ("result", result)],
+        )
+    };
+    assert_eq!(
+        calls("cuCtxCreate_v2", "CUDA_ERROR_DEVICE_UNAVAILABLE"),
+        Some(1.0),
+        "{m}"
+    );
+    assert_eq!(calls("cuCtxCreate_v2", "CUDA_SUCCESS"), Some(1.0), "{m}");
+    assert_eq!(
+        calls("cuDevicePrimaryCtxRetain", "CUDA_ERROR_DEVICE_UNAVAILABLE"),
+        Some(1.0),
+        "{m}"
+    );
+    assert_eq!(calls("cuDeviceGetCount", "CUDA_SUCCESS"), Some(3.0), "{m}");
+    assert_eq!(
+        metric(
+            &m,
+            "uvmwatch_cuda_context_duration_seconds_count",
+            &[("call", "cuCtxCreate_v2")]
+        ),
+        Some(2.0),
+        "{m}"
+    );
+    for probe in ["uretprobe:cuCtxCreate_v4", "uprobe:cuDeviceGetCount"] {
+        assert_eq!(
+            metric(&m, "uvmwatch_probe_attached", &[("probe", probe)]),
+            Some(1.0),
+            "{m}"
+        );
+    }
+    assert!(agent.stop());
+}
+
+#[test]
+fn a_device_count_below_the_gpus_the_process_has_is_named_a_partition_live() {
+    require_env!("a_device_count_below_the_gpus_the_process_has_is_named_a_partition_live");
+    let snap = host_in_compute_mode("Default");
+    let agent = Agent::start(&["--evidence-root", snap.path().to_str().unwrap()]);
+    let libs = common::host_lib_dir();
+    // Two GPU nodes in the process's /dev, CUDA_VISIBLE_DEVICES=0: CUDA sees one.
+    let (pid, lines) = context_workload(
+        libs.path(),
+        2,
+        "cuDeviceGetCount",
+        &[("CUDA_VISIBLE_DEVICES", "0")],
+    );
+    assert_eq!((lines[0].rc, lines[0].count), (0, Some(1)));
+    let rec = agent.expect_event(
+        "device_count",
+        |v| v["event"] == "device_count" && pid_is(v, pid),
+        T,
+    );
+    assert_eq!(rec["count"], "1");
+    assert_eq!(rec["gpu_nodes"], "2");
+    assert_eq!(rec["cuda_visible_devices"], "0");
+    assert!(
+        rec["diagnosis"]
+            .as_str()
+            .unwrap()
+            .starts_with("policy_or_partition"),
+        "{rec}"
+    );
+    let d = agent.expect_event(
+        "policy_or_partition diagnosis",
+        |v| v["event"] == "diagnosis" && v["rule"] == "policy_or_partition" && pid_is(v, pid),
+        T,
+    );
+    assert_eq!(d["trigger"], "device_count");
+    assert_eq!(d["severity"], "info");
+    let ev = d["evidence"].as_str().unwrap();
+    assert!(
+        ev.contains(&format!(
+            "GPU nodes the process sees=2 [/proc/{pid}/root/dev]"
+        )),
+        "{ev}"
+    );
+    assert!(
+        ev.contains(&format!("CUDA_VISIBLE_DEVICES=0 [/proc/{pid}/environ]")),
+        "{ev}"
+    );
+    // CUDA_VISIBLE_DEVICES naming a GPU the process does not have: CUDA stops there, and
+    // nothing accounts for the missing one.
+    let (pid, lines) = context_workload(
+        libs.path(),
+        2,
+        "cuDeviceGetCount",
+        &[("CUDA_VISIBLE_DEVICES", "0,5")],
+    );
+    assert_eq!(lines[0].count, Some(1));
+    let d = agent.expect_event(
+        "unexplained count",
+        |v| v["event"] == "diagnosis" && v["rule"] == "policy_or_partition" && pid_is(v, pid),
+        T,
+    );
+    assert_eq!(d["severity"], "warning");
+    // Near miss: both GPUs seen; no device_count record, no finding.
+    let (pid, lines) = context_workload(libs.path(), 2, "cuDeviceGetCount", &[]);
+    assert_eq!(lines[0].count, Some(2));
+    agent.expect_event(
+        "the count seen",
+        |v| v["event"] == "context_call" && v["call"] == "cuDeviceGetCount" && pid_is(v, pid),
+        T,
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        agent.count(|v| v["event"] == "device_count" && pid_is(v, pid)),
+        0
+    );
+    assert!(diagnosis_of(&agent, pid, "policy_or_partition").is_empty());
     assert!(agent.stop());
 }
 

@@ -171,6 +171,7 @@ const TIMED: &[&str] = &[
     "uvmwatch_cuinit_duration_seconds",
     "uvmwatch_driver_ioctl_duration_seconds",
     "uvmwatch_kernel_function_duration_seconds",
+    "uvmwatch_cuda_context_duration_seconds",
     "uvmwatch_tracked_fds",
     "uvmwatch_libcuda_targets",
     "uvmwatch_build_info",

@@ -344,13 +344,15 @@ pub mod counter {
     pub const OPENS_FULL: u32 = 11;
     /// `KF_RESULTS` was full: a kernel function's result was not counted.
     pub const KF_RESULTS_FULL: u32 = 12;
+    /// `CTX_RESULTS` was full: a context or device call's result was not counted.
+    pub const CTX_RESULTS_FULL: u32 = 13;
     /// Number of counters.
-    pub const COUNT: u32 = 13;
+    pub const COUNT: u32 = 14;
     /// Every "map full" counter and the `map` label `uvmwatch_kernel_map_full_total` gives
     /// it. The LRU maps (in-flight calls, kernel-function starts, failure budgets) recycle
     /// their oldest entry instead of refusing one and have no counter; `INFLIGHT_FULL` counts
     /// an in-flight insert refused all the same.
-    pub const MAP_FULL: [(u32, &str); 10] = [
+    pub const MAP_FULL: [(u32, &str); 11] = [
         (INFLIGHT_FULL, "inflight"),
         (FDS_FULL, "fds"),
         (PROCS_FULL, "procs"),
@@ -361,6 +363,7 @@ pub mod counter {
         (IOCTL_RESULTS_FULL, "ioctl_results"),
         (OPENS_FULL, "opens"),
         (KF_RESULTS_FULL, "kf_results"),
+        (CTX_RESULTS_FULL, "ctx_results"),
     ];
 }
 
@@ -613,6 +616,136 @@ pub struct KfuncEvent {
     pub _pad: [u8; 6],
 }
 
+/// [`CtxEvent`]: a CUDA context or device call probed in libcuda returned (`cuCtxCreate*`,
+/// `cuDevicePrimaryCtxRetain`, `cuDeviceGetCount`; which ones are sent: [`ctxcall`]).
+pub const EVENT_CTX: u32 = 10;
+
+/// The CUDA driver calls probed besides `cuInit`, by id: [`CtxEvent::call`], the index of
+/// `CTX_HIST` and the `call` of [`CtxResultKey`]. Each id has its own uprobe and uretprobe
+/// programs (a uprobe cannot tell which symbol it was attached to).
+pub mod ctxcall {
+    /// `cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)`: the ABI of CUDA
+    /// before 3.2, still exported for old binaries.
+    pub const CTX_CREATE: u32 = 0;
+    /// `cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)`: what `cuda.h`
+    /// of CUDA 3.2 to 12 maps `cuCtxCreate` to.
+    pub const CTX_CREATE_V2: u32 = 1;
+    /// `cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
+    /// unsigned int flags, CUdevice dev)` (CUDA 11.4+).
+    pub const CTX_CREATE_V3: u32 = 2;
+    /// `cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int
+    /// flags, CUdevice dev)` (CUDA 12.5+; what `cuda.h` of CUDA 13 maps `cuCtxCreate` to).
+    pub const CTX_CREATE_V4: u32 = 3;
+    /// `cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)`: the CUDA runtime's
+    /// context (`cudaSetDevice`, the first runtime call on a device).
+    pub const PRIMARY_CTX_RETAIN: u32 = 4;
+    /// `cuDeviceGetCount(int *count)`.
+    pub const DEVICE_GET_COUNT: u32 = 5;
+    /// Number of ids.
+    pub const COUNT: u32 = 6;
+
+    /// The exported symbol of each id, in id order.
+    pub const SYMBOLS: [&str; COUNT as usize] = [
+        "cuCtxCreate",
+        "cuCtxCreate_v2",
+        "cuCtxCreate_v3",
+        "cuCtxCreate_v4",
+        "cuDevicePrimaryCtxRetain",
+        "cuDeviceGetCount",
+    ];
+
+    /// The argument index of the `CUdevice` of each id (`None`: the call takes none).
+    pub const DEVICE_ARG: [Option<usize>; COUNT as usize] =
+        [Some(2), Some(2), Some(4), Some(3), Some(1), None];
+
+    /// The in-flight slot of each id (`INFLIGHT_CTX` key): the four `cuCtxCreate` versions
+    /// share one, so a version that calls another (or two names of one function) counts
+    /// once, as the outermost call.
+    #[inline(always)]
+    pub const fn slot(call: u32) -> u32 {
+        match call {
+            CTX_CREATE | CTX_CREATE_V2 | CTX_CREATE_V3 | CTX_CREATE_V4 => 0,
+            PRIMARY_CTX_RETAIN => 1,
+            _ => 2,
+        }
+    }
+
+    /// Whether the id is one of the context creations (every call is sent to user space),
+    /// not `cuDeviceGetCount` (sent when it fails or returns a count new for its process).
+    #[inline(always)]
+    pub const fn creates_context(call: u32) -> bool {
+        call != DEVICE_GET_COUNT
+    }
+
+    /// The symbol of an id, `unknown` when out of range.
+    pub fn name(call: u32) -> &'static str {
+        match SYMBOLS.get(call as usize) {
+            Some(s) => s,
+            None => "unknown",
+        }
+    }
+}
+
+/// Key of `INFLIGHT_CTX`: a context or device call in progress on one thread.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct CtxKey {
+    pub tid: u32,
+    /// [`ctxcall::slot`] of the call.
+    pub slot: u32,
+}
+
+/// Value of `INFLIGHT_CTX`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct InflightCtx {
+    /// Entry time (ns, `CLOCK_MONOTONIC`).
+    pub start_ns: u64,
+    /// For `cuDeviceGetCount`: the `int *count` argument, read at return.
+    pub out_ptr: u64,
+    /// One of [`ctxcall`].
+    pub call: u32,
+    /// The `CUdevice` argument (-1 when the call takes none).
+    pub device: i32,
+}
+
+/// Key of the per-CPU `CTX_RESULTS` counters.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct CtxResultKey {
+    /// One of [`ctxcall`].
+    pub call: u32,
+    /// The `CUresult` returned.
+    pub code: u32,
+}
+
+/// [`CtxEvent::flags`] bit: the entry was seen (else the uprobe attached mid-call and
+/// `start_ns` is the return time).
+pub const CTX_ENTRY_SEEN: u32 = 1;
+/// [`CtxEvent::flags`] bit: `count` was read from the caller's `int *count`.
+pub const CTX_COUNT_READ: u32 = 2;
+
+/// A context or device call returned (kind [`EVENT_CTX`]). Every context creation is sent;
+/// `cuDeviceGetCount` when it failed, or when its count differs from the last one sent for
+/// the process. Every call is counted in `CTX_HIST` and `CTX_RESULTS`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct CtxEvent {
+    pub header: EventHeader,
+    /// Entry time (ns).
+    pub start_ns: u64,
+    /// `CUresult` returned.
+    pub ret: i64,
+    /// One of [`ctxcall`].
+    pub call: u32,
+    /// The `CUdevice` argument, -1 when the call takes none.
+    pub device: i32,
+    /// `cuDeviceGetCount`: the count it wrote (when [`CTX_COUNT_READ`]).
+    pub count: i32,
+    /// `CTX_*` bits.
+    pub flags: u32,
+}
+
 /// Largest record size, for ring-buffer sizing.
 pub const MAX_EVENT_SIZE: usize = core::mem::size_of::<OpenEvent>();
 
@@ -632,6 +765,9 @@ mod pod {
     unsafe impl aya::Pod for Config {}
     unsafe impl aya::Pod for KfKey {}
     unsafe impl aya::Pod for KfResultKey {}
+    unsafe impl aya::Pod for CtxKey {}
+    unsafe impl aya::Pod for InflightCtx {}
+    unsafe impl aya::Pod for CtxResultKey {}
 }
 
 #[cfg(test)]
@@ -701,10 +837,16 @@ mod tests {
         assert_eq!(size_of::<IoctlKey>(), 12);
         assert_eq!(size_of::<LatencyHist>(), 8 * (HIST_BUCKETS + 2));
         assert_eq!(size_of::<OpenKey>(), 8);
-        assert_eq!(size_of::<Config>(), 24);
+        assert_eq!(size_of::<Config>(), 32);
         assert_eq!(MAX_EVENT_SIZE, 200);
         assert_eq!(size_of::<KfuncEvent>(), 72);
         assert_eq!(size_of::<KfKey>(), 8);
         assert_eq!(size_of::<KfResultKey>(), 12);
+        assert_eq!(size_of::<CtxEvent>(), 72);
+        assert_eq!(size_of::<CtxKey>(), 8);
+        assert_eq!(size_of::<InflightCtx>(), 24);
+        assert_eq!(size_of::<CtxResultKey>(), 8);
+        assert_eq!(ctxcall::name(ctxcall::DEVICE_GET_COUNT), "cuDeviceGetCount");
+        assert_eq!(ctxcall::name(99), "unknown");
     }
 }

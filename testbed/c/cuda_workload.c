@@ -2,8 +2,8 @@
  * cuda_workload.c - a minimal CUDA "application" for uvmwatch tests.
  *
  * usage: cuda-workload [--lib PATH] [--wait-ms N] [--flags N] [--fork-child] [--repeat N]
- *                      [--flood-ms N] [--leader-exits] [--cold-open]
- *                      [--distinct-cmds N] [--dup-fds N]
+ *                      [--flood-ms N] [--ctx CALL [--device N]] [--hold-ms N]
+ *                      [--leader-exits] [--cold-open] [--distinct-cmds N] [--dup-fds N]
  *
  * Loads libcuda (PATH, or "libcuda.so.1" through the dynamic linker's search)
  * with dlopen(RTLD_NOW), waits --wait-ms milliseconds (default 1500: a tracing
@@ -22,6 +22,17 @@
  * call on a tracked fd, and prints
  *
  *     flood=<calls> per_second=<rate> pid=<pid>
+ *
+ * With --ctx CALL the process then asks for the device count and creates a
+ * context on --device N (default 0) with CALL (cuCtxCreate, cuCtxCreate_v2,
+ * cuCtxCreate_v3, cuCtxCreate_v4 or cuDevicePrimaryCtxRetain; cuDeviceGetCount
+ * asks for the count only), printing
+ *
+ *     cuDeviceGetCount=<rc> count=<n> pid=<pid>
+ *     <CALL>=<rc> pid=<pid>
+ *
+ * With --hold-ms N the process stays N milliseconds more before it exits (as an
+ * application goes on after its start-up), so a tracer can still read its /proc.
  *
  * The kernel side's losses, each provoked after the cuInit calls:
  * --cold-open opens /dev/nvidia-uvm through a path in a file mapping never touched
@@ -58,11 +69,17 @@
 #include <unistd.h>
 
 typedef int (*cu_init_fn)(unsigned int);
+typedef int (*cu_count_fn)(int *);
+typedef int (*cu_ctx_fn)(void **, unsigned int, int);
+typedef int (*cu_ctx_v3_fn)(void **, void *, int, unsigned int, int);
+typedef int (*cu_ctx_v4_fn)(void **, void *, unsigned int, int);
+typedef int (*cu_primary_fn)(void **, int);
 
 static void usage(void)
 {
     fprintf(stderr, "usage: cuda-workload [--lib PATH] [--wait-ms N] [--flags N] "
-                    "[--fork-child] [--repeat N] [--flood-ms N] [--leader-exits] [--cold-open] [--distinct-cmds N] [--dup-fds N]\n");
+                    "[--fork-child] [--repeat N] [--flood-ms N] [--ctx CALL [--device N]] [--hold-ms N] "
+                    "[--leader-exits] [--cold-open] [--distinct-cmds N] [--dup-fds N]\n");
     exit(2);
 }
 
@@ -110,6 +127,44 @@ static int flood(unsigned long ms)
     printf("flood=%llu per_second=%.0f pid=%d\n", calls, (double)calls / elapsed, (int)getpid());
     fflush(stdout);
     close(fd);
+    return 0;
+}
+
+static void *symbol(void *handle, const char *name)
+{
+    void *f = dlsym(handle, name);
+    if (f == NULL) {
+        fprintf(stderr, "cuda-workload: dlsym(%s): %s\n", name, dlerror());
+        exit(2);
+    }
+    return f;
+}
+
+/* cuDeviceGetCount, then the context creation `call` on `dev`; returns 0, or 2 for an
+ * unknown call. */
+static int contexts(void *handle, const char *call, int dev)
+{
+    int count = -1;
+    int rc = ((cu_count_fn)symbol(handle, "cuDeviceGetCount"))(&count);
+    printf("cuDeviceGetCount=%d count=%d pid=%d\n", rc, count, (int)getpid());
+    fflush(stdout);
+    if (strcmp(call, "cuDeviceGetCount") == 0)
+        return 0;
+    void *ctx = NULL;
+    if (strcmp(call, "cuCtxCreate") == 0 || strcmp(call, "cuCtxCreate_v2") == 0)
+        rc = ((cu_ctx_fn)symbol(handle, call))(&ctx, 0, dev);
+    else if (strcmp(call, "cuCtxCreate_v3") == 0)
+        rc = ((cu_ctx_v3_fn)symbol(handle, call))(&ctx, NULL, 0, 0, dev);
+    else if (strcmp(call, "cuCtxCreate_v4") == 0)
+        rc = ((cu_ctx_v4_fn)symbol(handle, call))(&ctx, NULL, 0, dev);
+    else if (strcmp(call, "cuDevicePrimaryCtxRetain") == 0)
+        rc = ((cu_primary_fn)symbol(handle, call))(&ctx, dev);
+    else {
+        fprintf(stderr, "cuda-workload: unknown --ctx call '%s'\n", call);
+        return 2;
+    }
+    printf("%s=%d pid=%d\n", call, rc, (int)getpid());
+    fflush(stdout);
     return 0;
 }
 
@@ -196,9 +251,10 @@ static int call_and_report(cu_init_fn cu_init, unsigned int flags)
 
 static struct {
     const char *lib;
-    unsigned long wait_ms, flags, repeat, flood_ms, distinct_cmds, dup_fds;
+    const char *ctx_call;
+    unsigned long wait_ms, flags, repeat, flood_ms, distinct_cmds, dup_fds, device, hold_ms;
     int fork_child, cold_open;
-} opt = {"libcuda.so.1", 1500, 0, 1, 0, 0, 0, 0, 0};
+} opt = {.lib = "libcuda.so.1", .wait_ms = 1500, .repeat = 1};
 
 /* Everything after the arguments; returns the exit status. */
 static int run(void)
@@ -241,6 +297,9 @@ static int run(void)
             ;
     }
 
+    if (opt.ctx_call != NULL && contexts(handle, opt.ctx_call, (int)opt.device) != 0)
+        return 2;
+
     if (flood_ms > 0 && flood(flood_ms) != 0)
         return 2;
     if (opt.cold_open && cold_open() != 0)
@@ -249,6 +308,8 @@ static int run(void)
         return 2;
     if (opt.dup_fds > 0 && dup_fds(opt.dup_fds) != 0)
         return 2;
+
+    sleep_ms(opt.hold_ms);
 
     return rc == 0 ? 0 : 1;
 }
@@ -279,6 +340,14 @@ int main(int argc, char **argv)
             opt.fork_child = 1;
         } else if (strcmp(a, "--flood-ms") == 0) {
             opt.flood_ms = parse_number(a, i + 1 < argc ? argv[++i] : NULL);
+        } else if (strcmp(a, "--ctx") == 0) {
+            if (++i >= argc)
+                usage();
+            opt.ctx_call = argv[i];
+        } else if (strcmp(a, "--hold-ms") == 0) {
+            opt.hold_ms = parse_number(a, i + 1 < argc ? argv[++i] : NULL);
+        } else if (strcmp(a, "--device") == 0) {
+            opt.device = parse_number(a, i + 1 < argc ? argv[++i] : NULL);
         } else if (strcmp(a, "--cold-open") == 0) {
             opt.cold_open = 1;
         } else if (strcmp(a, "--distinct-cmds") == 0) {

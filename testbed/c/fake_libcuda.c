@@ -1,8 +1,10 @@
 /*
  * fake_libcuda.c - a stand-in for NVIDIA's libcuda.so.1, for uvmwatch tests.
  *
- * Built as a shared library named libcuda.so.1. It exports cuInit and
- * cuDriverGetVersion. cuInit replays the system calls a real cuInit makes on
+ * Built as a shared library named libcuda.so.1. It exports cuInit,
+ * cuDriverGetVersion, cuDeviceGetCount and the context creations cuCtxCreate,
+ * cuCtxCreate_v2, cuCtxCreate_v3, cuCtxCreate_v4 and cuDevicePrimaryCtxRetain
+ * (with the signatures of cuda.h, CUDA 13). cuInit replays the system calls a real cuInit makes on
  * its way to a usable GPU (file opens and driver ioctls on /dev/nvidia*, with
  * the real ioctl numbers), so that a tracing agent sees the same sequence it
  * would see on a machine with an NVIDIA driver. The device nodes are expected
@@ -22,6 +24,20 @@
  *   UVMWATCH_FAKE_GPUS      number of GPUs (/dev/nvidia0..N-1), default 1, max 32
  *   UVMWATCH_FAKE_UVM_FLAGS flags for UVM_INITIALIZE (0x1 disable HMM,
  *                           0x2 multi-process sharing), default 0
+ *   UVMWATCH_FAKE_CUDA_DEVICES  devices cuDeviceGetCount reports (as CUDA does
+ *                           with MIG on), default UVMWATCH_FAKE_GPUS narrowed by
+ *                           CUDA_VISIBLE_DEVICES (indexes, up to the first
+ *                           invalid one, as CUDA reads it)
+ *   UVMWATCH_FAKE_COMPUTE_MODE  default | exclusive_process_held: with the
+ *                           latter every context creation returns 46
+ *                           (CUDA_ERROR_DEVICE_UNAVAILABLE), as on a GPU in
+ *                           compute mode Exclusive_Process whose context
+ *                           another process holds
+ *
+ * After a successful cuInit, cuDeviceGetCount writes the device count; a
+ * context creation on a device below it opens that GPU's node
+ * (/dev/nvidia<dev>) and keeps it open as the context, returns 101
+ * (CUDA_ERROR_INVALID_DEVICE) on a device past it, and 3 before cuInit.
  *
  * UVM commands are plain integers (no _IOC size bits), so the FUSE server
  * cannot copy parameters back. Before each UVM ioctl this library writes the
@@ -61,7 +77,9 @@ typedef int CUresult;
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_INVALID_VALUE 1
 #define CUDA_ERROR_NOT_INITIALIZED 3
+#define CUDA_ERROR_DEVICE_UNAVAILABLE 46
 #define CUDA_ERROR_NO_DEVICE 100
+#define CUDA_ERROR_INVALID_DEVICE 101
 #define CUDA_ERROR_UNKNOWN 999
 
 /* CUDA 12.9 reports 12090 from cuDriverGetVersion. */
@@ -718,4 +736,151 @@ CUresult cuDriverGetVersion(int *driver_version)
         return CUDA_ERROR_INVALID_VALUE;
     *driver_version = FAKE_DRIVER_VERSION;
     return CUDA_SUCCESS;
+}
+
+/* ---- devices and contexts ------------------------------------------------ */
+
+typedef int CUdevice;
+typedef struct fake_ctx *CUcontext;
+
+/* A context: the GPU node it keeps open, as a real one keeps its channels. */
+struct fake_ctx {
+    int fd;
+    CUdevice dev;
+};
+
+static int env_number(const char *name, int fallback)
+{
+    const char *v = getenv(name);
+    if (v == NULL || *v == '\0')
+        return fallback;
+    char *end = NULL;
+    long n = strtol(v, &end, 10);
+    if (end == v || *end != '\0' || n < 0 || n > MAX_GPUS)
+        return fallback;
+    return (int)n;
+}
+
+/* CUDA_SUCCESS when cuInit succeeded in this process. */
+static CUresult initialized(void)
+{
+    pthread_mutex_lock(&init_lock);
+    int ok = init_done && init_pid == getpid() && init_result == CUDA_SUCCESS;
+    pthread_mutex_unlock(&init_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+/* The devices CUDA enumerates: UVMWATCH_FAKE_CUDA_DEVICES when set; else the GPUs, or
+ * under CUDA_VISIBLE_DEVICES its entries up to the first that names no GPU (CUDA's rule
+ * for indexes; UUIDs are not modelled). */
+static int cuda_devices(void)
+{
+    int forced = env_number("UVMWATCH_FAKE_CUDA_DEVICES", -1);
+    if (forced >= 0)
+        return forced;
+    int gpus = env_number("UVMWATCH_FAKE_GPUS", 1);
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    if (v == NULL)
+        return gpus;
+    int n = 0;
+    while (*v != '\0') {
+        char *end = NULL;
+        long i = strtol(v, &end, 10);
+        if (end == v || (*end != ',' && *end != '\0') || i < 0 || i >= gpus)
+            break;
+        n++;
+        v = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+/* Reports the devices CUDA may use: UVMWATCH_FAKE_CUDA_DEVICES. */
+CUresult cuDeviceGetCount(int *count)
+{
+    if (count == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = initialized();
+    if (r != CUDA_SUCCESS)
+        return r;
+    *count = cuda_devices();
+    return CUDA_SUCCESS;
+}
+
+/* The context creations' common part. */
+static CUresult create_context(CUcontext *pctx, CUdevice dev)
+{
+    if (pctx == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = initialized();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (dev < 0 || dev >= cuda_devices())
+        return CUDA_ERROR_INVALID_DEVICE;
+    const char *mode = getenv("UVMWATCH_FAKE_COMPUTE_MODE");
+    if (mode != NULL && strcmp(mode, "exclusive_process_held") == 0)
+        return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    char path[32];
+    snprintf(path, sizeof path, "/dev/nvidia%d", dev);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return CUDA_ERROR_UNKNOWN;
+    struct fake_ctx *c = malloc(sizeof *c);
+    if (c == NULL) {
+        close(fd);
+        return CUDA_ERROR_UNKNOWN;
+    }
+    c->fd = fd;
+    c->dev = dev;
+    *pctx = c;
+    return CUDA_SUCCESS;
+}
+
+/* cuda.h before CUDA 3.2 (still exported for old binaries). */
+CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    (void)flags;
+    return create_context(pctx, dev);
+}
+
+/* What cuda.h of CUDA 3.2 to 12 maps cuCtxCreate to. */
+CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    (void)flags;
+    return create_context(pctx, dev);
+}
+
+/* CUDA 11.4+: with execution affinity parameters (not looked at here). */
+CUresult cuCtxCreate_v3(CUcontext *pctx, void *params, int num_params, unsigned int flags,
+                        CUdevice dev)
+{
+    (void)params;
+    (void)num_params;
+    (void)flags;
+    return create_context(pctx, dev);
+}
+
+/* CUDA 12.5+ (what cuda.h of CUDA 13 maps cuCtxCreate to). */
+CUresult cuCtxCreate_v4(CUcontext *pctx, void *ctx_create_params, unsigned int flags,
+                        CUdevice dev)
+{
+    (void)ctx_create_params;
+    (void)flags;
+    return create_context(pctx, dev);
+}
+
+/* The primary context, one per device and process, as the CUDA runtime uses it. */
+CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static CUcontext primary[MAX_GPUS];
+    if (pctx == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    CUresult r = CUDA_SUCCESS;
+    if (dev >= 0 && dev < MAX_GPUS && primary[dev] != NULL)
+        *pctx = primary[dev];
+    else if ((r = create_context(pctx, dev)) == CUDA_SUCCESS)
+        primary[dev] = *pctx;
+    pthread_mutex_unlock(&lock);
+    return r;
 }

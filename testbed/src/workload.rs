@@ -297,6 +297,51 @@ fn parse_cuinit_line(line: &str) -> Option<CuInitLine> {
     fields.next().is_none().then_some(CuInitLine { rc, pid })
 }
 
+/// One line of `--ctx CALL`: `cuDeviceGetCount=<rc> count=<n> pid=<pid>` or
+/// `<CALL>=<rc> pid=<pid>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContextLine {
+    /// The libcuda function called (`cuDeviceGetCount`, `cuCtxCreate_v2`, ...).
+    pub call: String,
+    /// `CUresult` it returned.
+    pub rc: i32,
+    /// The count a `cuDeviceGetCount` wrote (-1 when it wrote none).
+    pub count: Option<i32>,
+    /// Process that called it.
+    pub pid: u32,
+}
+
+/// Parses the `--ctx` lines of `stdout` (calls whose name starts with `cu` other than
+/// `cuInit`), in order; other lines are skipped.
+pub fn parse_context_lines(stdout: &str) -> Vec<ContextLine> {
+    stdout
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (call, rc) = fields.next()?.split_once('=')?;
+            if !call.starts_with("cu") || call == "cuInit" {
+                return None;
+            }
+            let rc = rc.parse().ok()?;
+            let mut next = fields.next()?;
+            let count = match next.strip_prefix("count=") {
+                Some(n) => {
+                    next = fields.next()?;
+                    Some(n.parse().ok()?)
+                }
+                None => None,
+            };
+            let pid = next.strip_prefix("pid=")?.parse().ok()?;
+            fields.next().is_none().then(|| ContextLine {
+                call: call.to_string(),
+                rc,
+                count,
+                pid,
+            })
+        })
+        .collect()
+}
+
 /// What a finished workload printed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkloadOutput {
@@ -311,6 +356,11 @@ impl WorkloadOutput {
     /// The `cuInit` lines of [`WorkloadOutput::stdout`].
     pub fn cuinit_lines(&self) -> Vec<CuInitLine> {
         parse_cuinit_lines(&self.stdout)
+    }
+
+    /// The `--ctx` lines of [`WorkloadOutput::stdout`].
+    pub fn context_lines(&self) -> Vec<ContextLine> {
+        parse_context_lines(&self.stdout)
     }
 }
 
@@ -503,6 +553,47 @@ mod tests {
             parse_cuinit_line("cuInit=-1 pid=7"),
             Some(CuInitLine { rc: -1, pid: 7 })
         );
+    }
+
+    #[test]
+    fn parses_context_lines() {
+        let out = "cuInit=0 pid=12\ncuDeviceGetCount=0 count=2 pid=12\ncuCtxCreate_v2=46 pid=12\n\
+                   cuDeviceGetCount=3 count=-1 pid=13\ncuCtxCreate=x pid=1\nflood=1 pid=2\n";
+        let line = |call: &str, rc, count, pid| ContextLine {
+            call: call.into(),
+            rc,
+            count,
+            pid,
+        };
+        assert_eq!(
+            parse_context_lines(out),
+            [
+                line("cuDeviceGetCount", 0, Some(2), 12),
+                line("cuCtxCreate_v2", 46, None, 12),
+                line("cuDeviceGetCount", 3, Some(-1), 13),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_workload_and_library_know_every_context_call() {
+        for call in [
+            "cuCtxCreate",
+            "cuCtxCreate_v2",
+            "cuCtxCreate_v3",
+            "cuCtxCreate_v4",
+            "cuDevicePrimaryCtxRetain",
+            "cuDeviceGetCount",
+        ] {
+            assert!(
+                crate::FAKE_LIBCUDA_C.contains(&format!("CUresult {call}(")),
+                "{call}"
+            );
+            assert!(
+                crate::CUDA_WORKLOAD_C.contains(&format!("\"{call}\"")),
+                "{call}"
+            );
+        }
     }
 
     #[test]

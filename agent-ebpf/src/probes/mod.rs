@@ -7,6 +7,7 @@
 //! on 6.18 (the `syscalls:*` records have the same layout on 6.1 and 6.12, where
 //! `cargo xtask vm-test` loads these programs; the `sched:*` differences are said there).
 
+pub mod ctx;
 pub mod cuinit;
 pub mod fd;
 pub mod ioctl;

@@ -16,7 +16,7 @@ use uvmwatch_common::{
 use super::TraceEntry;
 use crate::helpers::{config, emit, header, ids};
 use crate::maps::{
-    INFLIGHT_CUINIT, INFLIGHT_IOCTL, PENDING_DUP, PENDING_OPEN, PENDING_PATH, PROCS,
+    DEVCOUNT_SENT, INFLIGHT_CUINIT, INFLIGHT_IOCTL, PENDING_DUP, PENDING_OPEN, PENDING_PATH, PROCS,
 };
 
 /// `sched:sched_process_fork`, 6.18:
@@ -156,6 +156,8 @@ pub fn sched_exec(_ctx: TracePointContext) -> u32 {
     if let Some(p) = PROCS.get_ptr_mut(&tgid) {
         let now = unsafe { bpf_ktime_get_ns() };
         unsafe { (*p).exec_gen = now };
+        // A new image asks for its device count afresh.
+        let _ = DEVCOUNT_SENT.remove(&tgid);
         let ev = TaskEvent {
             header: header(EVENT_EXEC, tgid, tid, now),
             ..TaskEvent::default()
@@ -212,6 +214,9 @@ fn try_exit(ctx: &TracePointContext) -> Option<()> {
     } else {
         tid == tgid
     };
+    if group_dead {
+        let _ = DEVCOUNT_SENT.remove(&tgid);
+    }
     if group_dead && unsafe { PROCS.get(&tgid) }.is_some() {
         let _ = PROCS.remove(&tgid);
         let ev = TaskEvent {

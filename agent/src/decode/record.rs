@@ -2,9 +2,9 @@
 
 use anyhow::{bail, Result};
 use uvmwatch_common::{
-    CuinitEvent, EventHeader, IoctlEvent, KfuncEvent, OpenEvent, TaskEvent, EVENT_CUINIT_ENTER,
-    EVENT_CUINIT_EXIT, EVENT_DIED_IN_CALL, EVENT_EXEC, EVENT_FORK, EVENT_IOCTL, EVENT_KFUNC,
-    EVENT_OPEN, EVENT_PROC_EXIT,
+    CtxEvent, CuinitEvent, EventHeader, IoctlEvent, KfuncEvent, OpenEvent, TaskEvent, EVENT_CTX,
+    EVENT_CUINIT_ENTER, EVENT_CUINIT_EXIT, EVENT_DIED_IN_CALL, EVENT_EXEC, EVENT_FORK, EVENT_IOCTL,
+    EVENT_KFUNC, EVENT_OPEN, EVENT_PROC_EXIT,
 };
 
 /// One decoded record.
@@ -28,6 +28,8 @@ pub enum Record {
     ProcExit(TaskEvent),
     /// A kprobed kernel/driver function failed.
     Kfunc(KfuncEvent),
+    /// A CUDA context or device call returned.
+    Ctx(CtxEvent),
 }
 
 fn read<T: Copy>(buf: &[u8]) -> Result<T> {
@@ -59,6 +61,7 @@ pub fn decode(buf: &[u8]) -> Result<Record> {
         EVENT_EXEC => Record::Exec(read(buf)?),
         EVENT_PROC_EXIT => Record::ProcExit(read(buf)?),
         EVENT_KFUNC => Record::Kfunc(read(buf)?),
+        EVENT_CTX => Record::Ctx(read(buf)?),
         k => bail!("unknown event kind {k}"),
     })
 }
@@ -107,6 +110,19 @@ mod tests {
         let mut t = TaskEvent::default();
         t.header.kind = EVENT_DIED_IN_CALL;
         assert_eq!(decode(&bytes(&t)).unwrap(), Record::DiedInCall(t));
+
+        let x = CtxEvent {
+            header: EventHeader {
+                kind: EVENT_CTX,
+                ..EventHeader::default()
+            },
+            ret: 46,
+            call: uvmwatch_common::ctxcall::CTX_CREATE_V2,
+            device: 0,
+            ..CtxEvent::default()
+        };
+        assert_eq!(decode(&bytes(&x)).unwrap(), Record::Ctx(x));
+        assert!(decode(&bytes(&x)[..60]).is_err());
     }
 
     #[test]

@@ -243,6 +243,29 @@ pub struct Observations {
     /// `cuInit` took: without persistence the driver brings the GPU up in that open.
     #[serde(default)]
     pub first_gpu_open_seconds: Option<f64>,
+    /// The CUDA context or device call the observation is about, when it is about one
+    /// (`cuCtxCreate_v2`, `cuDevicePrimaryCtxRetain`, `cuDeviceGetCount`, ...).
+    #[serde(default)]
+    pub context_call: Option<String>,
+    /// Its `CUresult` (46: `CUDA_ERROR_DEVICE_UNAVAILABLE`).
+    #[serde(default)]
+    pub context_result: Option<i64>,
+    /// Seconds it took.
+    #[serde(default)]
+    pub context_seconds: Option<f64>,
+    /// The `CUdevice` it was for, when it takes one.
+    #[serde(default)]
+    pub context_device: Option<i32>,
+    /// The device count `cuDeviceGetCount` last returned in this process.
+    #[serde(default)]
+    pub device_count_seen: Option<i32>,
+    /// The GPU nodes (`/dev/nvidia<N>`) the process saw in its root
+    /// (`/proc/<pid>/root/dev`), read with a context or device call.
+    #[serde(default)]
+    pub gpu_nodes_visible: Option<u32>,
+    /// `CUDA_VISIBLE_DEVICES` in the process's initial environment (`/proc/<pid>/environ`).
+    #[serde(default)]
+    pub cuda_visible_devices: Option<String>,
 }
 
 impl Observations {

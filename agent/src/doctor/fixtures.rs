@@ -466,6 +466,29 @@ pub trait Saw: Sized {
     fn unavailable(self, probe: &str) -> Self {
         self.with(|o| o.unavailable_probes.push(probe.into()))
     }
+    /// A context or device call `call` (on device 0, unless `cuDeviceGetCount`) that
+    /// returned `r` after `secs`.
+    fn context(self, call: &str, r: i64, secs: f64) -> Self {
+        self.with(|o| {
+            o.context_call = Some(call.into());
+            o.context_result = Some(r);
+            o.context_seconds = Some(secs);
+            o.context_device = (call != "cuDeviceGetCount").then_some(0);
+        })
+    }
+    /// `cuDeviceGetCount` returned `n` devices.
+    fn device_count(self, n: i32) -> Self {
+        self.context("cuDeviceGetCount", 0, 0.001)
+            .with(|o| o.device_count_seen = Some(n))
+    }
+    /// The process saw `n` GPU nodes in its root.
+    fn gpu_nodes(self, n: u32) -> Self {
+        self.with(|o| o.gpu_nodes_visible = Some(n))
+    }
+    /// The process was started with `CUDA_VISIBLE_DEVICES=v`.
+    fn visible_devices(self, v: &str) -> Self {
+        self.with(|o| o.cuda_visible_devices = Some(v.into()))
+    }
 }
 
 impl Saw for Observations {

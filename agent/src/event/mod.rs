@@ -58,6 +58,7 @@ impl Event {
             Kind::CuinitEnd(c) => &c.findings,
             Kind::Open(o) => &o.findings,
             Kind::Stall(s) => &s.findings,
+            Kind::ContextCall(c) => &c.findings,
             _ => &[],
         }
     }
@@ -80,6 +81,9 @@ pub enum Kind {
     Open(Open),
     /// A kprobed kernel or driver function failed.
     KernelSignal(KernelSignal),
+    /// A CUDA context creation returned (every one), or `cuDeviceGetCount` (when it failed,
+    /// or returned a count new for the process).
+    ContextCall(ContextCall),
     /// A thread exited with a `cuInit` or driver call in flight.
     DiedInCall(DiedInCall),
     /// A call crossed its stall threshold (reported while still stuck). Boxed: the largest
@@ -236,6 +240,54 @@ pub struct Open {
     pub in_cuinit: bool,
     /// The diagnosis of a failed open.
     pub findings: Vec<Arc<Finding>>,
+}
+
+/// A CUDA context or device call probed in libcuda (`cuCtxCreate*`,
+/// `cuDevicePrimaryCtxRetain`, `cuDeviceGetCount`) that returned.
+#[derive(Clone, Debug)]
+pub struct ContextCall {
+    /// Entry time (the return time when the entry was not seen).
+    pub start_ns: u64,
+    /// The exported symbol called (`cuCtxCreate_v2`, ...).
+    pub call: &'static str,
+    /// The `CUresult` and its name (`cuda.h`).
+    pub code: i64,
+    pub result: String,
+    /// The `CUdevice` it was for (`cuCtxCreate*`, `cuDevicePrimaryCtxRetain`).
+    pub device: Option<i32>,
+    /// `cuDeviceGetCount`: the count it returned, when it succeeded and was read.
+    pub count: Option<i32>,
+    /// Whether the entry was seen (otherwise the call started before the probe).
+    pub entry_seen: bool,
+    /// The process's `cuInit` was seen returning 0.
+    pub cuinit_succeeded: bool,
+    /// The last device count `cuDeviceGetCount` returned in the process (this call's, for
+    /// a successful `cuDeviceGetCount`).
+    pub device_count_seen: Option<i32>,
+    /// The GPU nodes (`/dev/nvidia<N>`) the process sees in its root (`/proc/<pid>/root/dev`),
+    /// read for a `cuDeviceGetCount` and for a failed call; `None` when unreadable.
+    pub gpu_nodes: Option<u32>,
+    /// `CUDA_VISIBLE_DEVICES` in the process's initial environment (`/proc/<pid>/environ`),
+    /// read with [`ContextCall::gpu_nodes`]; `None` when unset or unreadable.
+    pub cuda_visible_devices: Option<String>,
+    /// A successful `cuDeviceGetCount` whose count is below the GPUs the process has (its
+    /// GPU nodes, else the GPUs `nvidia-smi` lists): the diagnosis then runs (see
+    /// `doctor::rules::device_count_disagrees`).
+    pub count_disagrees: bool,
+    /// The diagnosis of a failure or of a disagreeing count.
+    pub findings: Vec<Arc<Finding>>,
+}
+
+impl ContextCall {
+    /// `cuDeviceGetCount` rather than a context creation.
+    pub fn is_device_count(&self) -> bool {
+        self.call == uvmwatch_common::ctxcall::name(uvmwatch_common::ctxcall::DEVICE_GET_COUNT)
+    }
+
+    /// Failed: a `CUresult` other than `CUDA_SUCCESS`.
+    pub fn failed(&self) -> bool {
+        self.code != 0
+    }
 }
 
 /// A kprobed function that failed.
@@ -403,16 +455,23 @@ pub enum Trigger {
     DeviceOpenFailed,
     /// A stall.
     Stall,
+    /// A failed CUDA context creation or `cuDeviceGetCount`.
+    ContextCall,
+    /// A device count below the GPUs the process has.
+    DeviceCount,
 }
 
 impl Trigger {
-    /// `evidence`, `cuinit_end`, `device_open_failed`, `stall` (the `event` of the cause).
+    /// `evidence`, `cuinit_end`, `device_open_failed`, `stall`, `context_call`,
+    /// `device_count` (the `event` of the cause).
     pub fn as_str(self) -> &'static str {
         match self {
             Trigger::Evidence => "evidence",
             Trigger::CuinitEnd => "cuinit_end",
             Trigger::DeviceOpenFailed => "device_open_failed",
             Trigger::Stall => "stall",
+            Trigger::ContextCall => "context_call",
+            Trigger::DeviceCount => "device_count",
         }
     }
 }
@@ -588,6 +647,41 @@ pub(crate) mod testing {
                 errno: errno.map(str::to_string),
                 ret: if errno.is_some() { -1 } else { 3 },
                 in_cuinit,
+                findings: Vec::new(),
+            }),
+        )
+    }
+
+    /// A context or device call `call` of `p`'s thread `tid` that returned `code`
+    /// (`result`); `count` for a `cuDeviceGetCount`.
+    pub fn context_call(
+        p: &Arc<Process>,
+        tid: u32,
+        start_ns: u64,
+        end_ns: u64,
+        call: &'static str,
+        code: i64,
+        result: &str,
+        count: Option<i32>,
+    ) -> Event {
+        let device_count = call == "cuDeviceGetCount";
+        at(
+            p,
+            tid,
+            end_ns,
+            Kind::ContextCall(ContextCall {
+                start_ns,
+                call,
+                code,
+                result: result.into(),
+                device: (!device_count).then_some(0),
+                count,
+                entry_seen: true,
+                cuinit_succeeded: true,
+                device_count_seen: count,
+                gpu_nodes: None,
+                cuda_visible_devices: None,
+                count_disagrees: false,
                 findings: Vec::new(),
             }),
         )

@@ -50,13 +50,24 @@ pub struct KernelSettings<'a> {
 /// produces (a cuInit is a few hundred calls), far below what fills the ring buffer.
 pub const FAILURE_EVENTS_PER_SECOND: u32 = 200;
 
-/// A libcuda file with `cuInit` probes attached.
+/// A libcuda file with uprobes attached.
 #[derive(Debug)]
 pub struct LibcudaTarget {
     /// Path used to attach (host view, e.g. `/proc/<pid>/root/usr/lib/.../libcuda.so.1`).
     pub path: PathBuf,
-    enter: UProbeLinkId,
-    exit: UProbeLinkId,
+    /// The links, by registry index of their probe.
+    links: Vec<(usize, UProbeLinkId)>,
+    /// The registry's uprobes not attached to this file, and why.
+    missing: Vec<(usize, MissingSymbol)>,
+}
+
+/// Why a uprobe of the registry is not attached to a libcuda file.
+#[derive(Clone, Debug)]
+enum MissingSymbol {
+    /// The file does not export the symbol (an older or newer driver).
+    NotExported,
+    /// The kernel refused the probe.
+    Refused(String),
 }
 
 /// The loaded kernel side.
@@ -455,6 +466,31 @@ impl Kernel {
         sum_percpu(self.bpf.map("KF_RESULTS").context("map KF_RESULTS")?)
     }
 
+    /// CUDA context and device call latency histograms summed over CPUs, by
+    /// `uvmwatch_common::ctxcall` id (all ids).
+    pub fn ctx_hist(&self) -> Result<Vec<LatencyHist>> {
+        let m: PerCpuArray<&MapData, LatencyHist> =
+            PerCpuArray::try_from(self.bpf.map("CTX_HIST").context("map CTX_HIST")?)?;
+        let mut out = Vec::new();
+        for i in 0..uvmwatch_common::ctxcall::COUNT {
+            let mut sum = LatencyHist::default();
+            for h in m.get(&i, 0)?.iter() {
+                for b in 0..HIST_BUCKETS {
+                    sum.buckets[b] += h.buckets[b];
+                }
+                sum.sum_ns += h.sum_ns;
+                sum.count += h.count;
+            }
+            out.push(sum);
+        }
+        Ok(out)
+    }
+
+    /// CUDA context and device call result counters summed over CPUs.
+    pub fn ctx_results(&self) -> Result<Vec<(uvmwatch_common::CtxResultKey, u64)>> {
+        sum_percpu(self.bpf.map("CTX_RESULTS").context("map CTX_RESULTS")?)
+    }
+
     /// Whether the kretprobe of function `id` is attached now.
     pub fn kfunc_attached(&self, id: u32) -> bool {
         self.specs.iter().enumerate().any(|(i, s)| {
@@ -463,45 +499,137 @@ impl Kernel {
         })
     }
 
-    /// Attaches the `cuInit` uprobe and uretprobe to `path` (a file already known to be new
-    /// by device and inode).
+    /// Whether the uretprobe of context or device call `id` (`uvmwatch_common::ctxcall`) is
+    /// attached to at least one libcuda now.
+    pub fn ctx_attached(&self, id: u32) -> bool {
+        let symbol = uvmwatch_common::ctxcall::name(id);
+        self.specs.iter().enumerate().any(|(i, s)| {
+            matches!(s.attach, Attach::Uprobe { ret: true, symbol: sy } if sy == symbol)
+                && matches!(self.states[i], ProbeState::Attached(_))
+        })
+    }
+
+    /// Attaches the uprobes of the registry to `path` (a file already known to be new by
+    /// device and inode): the `cuInit` pair, which the file must export, and the pairs of
+    /// the context and device calls it exports. A call the file does not export (another
+    /// driver version), or whose probes the kernel refuses, is left out; the probe's state
+    /// says why.
     ///
     /// # Errors
-    /// The file is not an ELF exporting `cuInit`, or the kernel refuses the uprobe.
+    /// The file is not an ELF exporting `cuInit`, or the kernel refuses its probes.
     pub fn attach_libcuda(&mut self, path: &Path, dev: u64, ino: u64) -> Result<()> {
         if self.targets.contains_key(&(dev, ino)) {
             return Ok(());
         }
-        check_exports_cuinit(path)?;
-        let enter = self.attach_uprobe("cuinit_enter", path)?;
-        let exit = match self.attach_uprobe("cuinit_exit", path) {
-            Ok(l) => l,
-            Err(e) => {
-                let p: &mut UProbe = self.bpf.program_mut("cuinit_enter").unwrap().try_into()?;
-                let _ = p.detach(enter);
-                return Err(e);
-            }
+        let wanted: Vec<&'static str> = self.uprobe_symbols();
+        let defined = defined_symbols(path, &wanted)?;
+        if !defined.contains(&probes::LIBCUDA_REQUIRED_SYMBOL) {
+            return Err(anyhow!(
+                "{} does not define {}",
+                path.display(),
+                probes::LIBCUDA_REQUIRED_SYMBOL
+            ));
+        }
+        let mut t = LibcudaTarget {
+            path: path.to_path_buf(),
+            links: Vec::new(),
+            missing: Vec::new(),
         };
-        self.targets.insert(
-            (dev, ino),
-            LibcudaTarget {
-                path: path.to_path_buf(),
-                enter,
-                exit,
-            },
-        );
+        for symbol in wanted {
+            let pair: Vec<usize> = (0..self.specs.len())
+                .filter(|&i| {
+                    matches!(self.specs[i].attach, Attach::Uprobe { symbol: s, .. } if s == symbol)
+                })
+                .collect();
+            if pair.iter().any(|&i| self.program_rejected(i)) {
+                continue; // its state says so already
+            }
+            if !defined.contains(&symbol) {
+                t.missing
+                    .extend(pair.iter().map(|&i| (i, MissingSymbol::NotExported)));
+                continue;
+            }
+            match self.attach_pair(&pair, symbol, path) {
+                Ok(links) => t.links.extend(links),
+                Err(e) if symbol == probes::LIBCUDA_REQUIRED_SYMBOL => {
+                    self.detach_links(t.links);
+                    return Err(e);
+                }
+                Err(e) => {
+                    tracing::warn!(library = %path.display(), symbol, error = %format!("{e:#}"), "uprobe not attached");
+                    let why = format!("{e:#}");
+                    t.missing.extend(
+                        pair.iter()
+                            .map(|&i| (i, MissingSymbol::Refused(why.clone()))),
+                    );
+                }
+            }
+        }
+        self.targets.insert((dev, ino), t);
         self.refresh_uprobe_states();
         Ok(())
     }
 
-    fn attach_uprobe(&mut self, program: &str, path: &Path) -> Result<UProbeLinkId> {
+    /// The symbols the registry's uprobes attach to, each once, in registry order.
+    fn uprobe_symbols(&self) -> Vec<&'static str> {
+        let mut out: Vec<&'static str> = Vec::new();
+        for s in &self.specs {
+            if let Attach::Uprobe { symbol, .. } = s.attach {
+                if !out.contains(&symbol) {
+                    out.push(symbol);
+                }
+            }
+        }
+        out
+    }
+
+    fn program_rejected(&self, i: usize) -> bool {
+        matches!(self.states[i], ProbeState::Unavailable(ref s) if s.starts_with("program rejected"))
+    }
+
+    /// Attaches the probes `pair` (registry indexes) to `symbol` in `path`: all or none.
+    fn attach_pair(
+        &mut self,
+        pair: &[usize],
+        symbol: &str,
+        path: &Path,
+    ) -> Result<Vec<(usize, UProbeLinkId)>> {
+        let mut links = Vec::new();
+        for &i in pair {
+            let program = self.specs[i].program;
+            match self.attach_uprobe(program, symbol, path) {
+                Ok(l) => links.push((i, l)),
+                Err(e) => {
+                    self.detach_links(links);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(links)
+    }
+
+    fn attach_uprobe(&mut self, program: &str, symbol: &str, path: &Path) -> Result<UProbeLinkId> {
         let p: &mut UProbe = self
             .bpf
             .program_mut(program)
             .ok_or_else(|| anyhow!("program {program} missing"))?
             .try_into()?;
-        p.attach("cuInit", path, UProbeScope::AllProcesses)
-            .with_context(|| format!("attaching {program} to cuInit in {}", path.display()))
+        p.attach(symbol, path, UProbeScope::AllProcesses)
+            .with_context(|| format!("attaching {program} to {symbol} in {}", path.display()))
+    }
+
+    /// Detaches uprobe links (registry index, link); errors are ignored (the link is gone).
+    /// Each detach waits for an RCU tasks-trace grace period in the kernel
+    /// (`uprobe_unregister_sync`, under a lock: detaches cannot overlap).
+    fn detach_links(&mut self, links: Vec<(usize, UProbeLinkId)>) {
+        for (i, link) in links {
+            let program = self.specs[i].program;
+            if let Some(p) = self.bpf.program_mut(program) {
+                if let Ok(p) = <&mut UProbe>::try_from(p) {
+                    let _ = p.detach(link);
+                }
+            }
+        }
     }
 
     /// Detaches the probes from one libcuda file (e.g. when it was deleted).
@@ -509,28 +637,48 @@ impl Kernel {
         let Some(t) = self.targets.remove(&(dev, ino)) else {
             return Ok(());
         };
-        let p: &mut UProbe = self.bpf.program_mut("cuinit_enter").unwrap().try_into()?;
-        p.detach(t.enter)?;
-        let p: &mut UProbe = self.bpf.program_mut("cuinit_exit").unwrap().try_into()?;
-        p.detach(t.exit)?;
+        self.detach_links(t.links);
         self.refresh_uprobe_states();
         Ok(())
     }
 
+    /// Each uprobe's state from the files probed: attached to how many, else why not
+    /// (waiting for a first libcuda, or not exported by any of them).
     fn refresh_uprobe_states(&mut self) {
         let n = self.targets.len();
-        for (i, spec) in self.specs.iter().enumerate() {
-            if let Attach::Uprobe { .. } = spec.attach {
-                if matches!(self.states[i], ProbeState::Unavailable(ref s) if s.starts_with("program rejected"))
-                {
-                    continue;
-                }
-                self.states[i] = if n > 0 {
-                    ProbeState::Attached(n)
-                } else {
-                    ProbeState::Waiting("no libcuda found yet".into())
-                };
+        for i in 0..self.specs.len() {
+            let Attach::Uprobe { symbol, .. } = self.specs[i].attach else {
+                continue;
+            };
+            if self.program_rejected(i) {
+                continue;
             }
+            let attached = self
+                .targets
+                .values()
+                .filter(|t| t.links.iter().any(|(j, _)| *j == i))
+                .count();
+            let refused = self.targets.values().find_map(|t| {
+                t.missing.iter().find_map(|(j, m)| match m {
+                    MissingSymbol::Refused(why) if *j == i => Some(why.clone()),
+                    _ => None,
+                })
+            });
+            self.states[i] = if attached > 0 {
+                ProbeState::Attached(attached)
+            } else if n == 0 {
+                ProbeState::Waiting("no libcuda found yet".into())
+            } else if let Some(why) = refused {
+                ProbeState::Unavailable(why)
+            } else if n == 1 {
+                ProbeState::Unavailable(format!(
+                    "{symbol} not exported by the libcuda probed (another driver version)"
+                ))
+            } else {
+                ProbeState::Unavailable(format!(
+                    "{symbol} not exported by any of the {n} libcuda files probed (another driver version)"
+                ))
+            };
         }
     }
 
@@ -795,18 +943,38 @@ pub fn kprobes_supported() -> bool {
 /// # Errors
 /// Unreadable file, not an ELF, or no `cuInit` (e.g. a stub or an unrelated library).
 pub fn check_exports_cuinit(path: &Path) -> Result<()> {
+    let found = defined_symbols(path, &[probes::LIBCUDA_REQUIRED_SYMBOL])?;
+    if found.is_empty() {
+        return Err(anyhow!(
+            "{} does not define {}",
+            path.display(),
+            probes::LIBCUDA_REQUIRED_SYMBOL
+        ));
+    }
+    Ok(())
+}
+
+/// Which of `names` the ELF shared object `path` defines (in its dynamic or static symbol
+/// table), in the order of `names`.
+///
+/// # Errors
+/// Unreadable file, or not an ELF.
+pub fn defined_symbols(path: &Path, names: &[&'static str]) -> Result<Vec<&'static str>> {
     use object::{Object, ObjectSymbol};
     let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let file = object::File::parse(&*data)
         .with_context(|| format!("{} is not an ELF object", path.display()))?;
-    let found = file
+    let defined: std::collections::HashSet<&str> = file
         .dynamic_symbols()
         .chain(file.symbols())
-        .any(|s| s.is_definition() && s.name() == Ok("cuInit"));
-    if !found {
-        return Err(anyhow!("{} does not define cuInit", path.display()));
-    }
-    Ok(())
+        .filter(|s| s.is_definition())
+        .filter_map(|s| s.name().ok())
+        .collect();
+    Ok(names
+        .iter()
+        .copied()
+        .filter(|n| defined.contains(n))
+        .collect())
 }
 
 #[cfg(test)]

@@ -334,7 +334,111 @@ pub const REGISTRY: &[ProbeSpec] = &[
         required: false,
         purpose: "cuInit result and duration",
     },
+    up(
+        "uprobe:cuCtxCreate",
+        "cuctx_v1_enter",
+        "cuCtxCreate",
+        false,
+        "context creation, pre-3.2 ABI (old binaries): entry and device",
+    ),
+    up(
+        "uretprobe:cuCtxCreate",
+        "cuctx_v1_exit",
+        "cuCtxCreate",
+        true,
+        "context creation: CUresult (46 under an exclusive compute mode) and duration",
+    ),
+    up(
+        "uprobe:cuCtxCreate_v2",
+        "cuctx_v2_enter",
+        "cuCtxCreate_v2",
+        false,
+        "context creation (cuCtxCreate of CUDA 3.2 to 12 headers): entry and device",
+    ),
+    up(
+        "uretprobe:cuCtxCreate_v2",
+        "cuctx_v2_exit",
+        "cuCtxCreate_v2",
+        true,
+        "context creation: CUresult and duration",
+    ),
+    up(
+        "uprobe:cuCtxCreate_v3",
+        "cuctx_v3_enter",
+        "cuCtxCreate_v3",
+        false,
+        "context creation with execution affinity (CUDA 11.4+): entry and device",
+    ),
+    up(
+        "uretprobe:cuCtxCreate_v3",
+        "cuctx_v3_exit",
+        "cuCtxCreate_v3",
+        true,
+        "context creation: CUresult and duration",
+    ),
+    up(
+        "uprobe:cuCtxCreate_v4",
+        "cuctx_v4_enter",
+        "cuCtxCreate_v4",
+        false,
+        "context creation with parameters (CUDA 12.5+; cuCtxCreate of CUDA 13 headers): entry and device",
+    ),
+    up(
+        "uretprobe:cuCtxCreate_v4",
+        "cuctx_v4_exit",
+        "cuCtxCreate_v4",
+        true,
+        "context creation: CUresult and duration",
+    ),
+    up(
+        "uprobe:cuDevicePrimaryCtxRetain",
+        "cuprimctx_enter",
+        "cuDevicePrimaryCtxRetain",
+        false,
+        "primary context (what the CUDA runtime uses): entry and device",
+    ),
+    up(
+        "uretprobe:cuDevicePrimaryCtxRetain",
+        "cuprimctx_exit",
+        "cuDevicePrimaryCtxRetain",
+        true,
+        "primary context: CUresult (46 under an exclusive compute mode) and duration",
+    ),
+    up(
+        "uprobe:cuDeviceGetCount",
+        "cudevcnt_enter",
+        "cuDeviceGetCount",
+        false,
+        "device count: entry and the count pointer",
+    ),
+    up(
+        "uretprobe:cuDeviceGetCount",
+        "cudevcnt_exit",
+        "cuDeviceGetCount",
+        true,
+        "device count CUDA sees (against nvidia-smi's GPUs with MIG on), CUresult and duration",
+    ),
 ];
+
+const fn up(
+    label: &'static str,
+    program: &'static str,
+    symbol: &'static str,
+    ret: bool,
+    purpose: &'static str,
+) -> ProbeSpec {
+    ProbeSpec {
+        label,
+        program,
+        attach: Attach::Uprobe { symbol, ret },
+        required: false,
+        purpose,
+    }
+}
+
+/// The libcuda symbol every probed library must define (the others are optional: a
+/// library lacking one says so in its probes' state).
+pub const LIBCUDA_REQUIRED_SYMBOL: &str = "cuInit";
 
 /// State of one probe on this host.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -587,7 +691,28 @@ mod tests {
             assert!(seen.insert(p.label), "duplicate label {}", p.label);
             assert!(!p.program.is_empty());
         }
-        assert_eq!(all().len(), 52);
+        // 20 tracepoints, 14 uprobes (cuInit and the six context and device calls, each
+        // with its uretprobe), 30 kprobes.
+        assert_eq!(all().len(), 64);
+        let uprobes: Vec<_> = REGISTRY
+            .iter()
+            .filter(|p| matches!(p.attach, Attach::Uprobe { .. }))
+            .collect();
+        assert_eq!(uprobes.len(), 14);
+        for sym in uvmwatch_common::ctxcall::SYMBOLS {
+            let pair: Vec<(String, &str)> = uprobes
+                .iter()
+                .filter(|p| matches!(p.attach, Attach::Uprobe { symbol, .. } if symbol == sym))
+                .map(|p| (p.label.to_string(), p.attach.kind()))
+                .collect();
+            assert_eq!(
+                pair,
+                [
+                    (format!("uprobe:{sym}"), "uprobe"),
+                    (format!("uretprobe:{sym}"), "uretprobe")
+                ]
+            );
+        }
         assert!(REGISTRY.iter().filter(|p| p.required).count() >= 4);
     }
 

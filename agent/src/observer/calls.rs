@@ -1,7 +1,9 @@
 //! The `cuInit` calls in progress, per thread: what each did so far (driver calls, opens,
 //! failures, kernel-side signals), kept from its start to its end so the end record and the
-//! diagnosis can tell the whole story ([`CallSummary`]); and which processes' `cuInit`
-//! succeeded (a child forked from one without exec cannot use CUDA).
+//! diagnosis can tell the whole story ([`CallSummary`]); which processes' `cuInit`
+//! succeeded (a child forked from one without exec cannot use CUDA); and the device count
+//! each process was last told (`cuDeviceGetCount`), for a failed context creation's
+//! diagnosis.
 
 use std::collections::{HashMap, HashSet};
 
@@ -21,11 +23,13 @@ struct Call {
     summary: CallSummary,
 }
 
-/// The calls in progress and the initialised processes.
+/// The calls in progress, the initialised processes, and the device count each process
+/// was last told.
 #[derive(Debug, Default)]
 pub struct Calls {
     by_thread: HashMap<u32, Call>,
     initialized: HashSet<u32>,
+    device_counts: HashMap<u32, i32>,
 }
 
 impl Calls {
@@ -65,6 +69,21 @@ impl Calls {
             forked_after_parent_init: self.forked_after_init(c.forked_from),
             ..c.summary
         }
+    }
+
+    /// Whether a `cuInit` of `tgid` was seen returning 0 (since its last exec).
+    pub fn initialized(&self, tgid: u32) -> bool {
+        self.initialized.contains(&tgid)
+    }
+
+    /// `cuDeviceGetCount` returned `count` in `tgid`.
+    pub fn device_count(&mut self, tgid: u32, count: i32) {
+        self.device_counts.insert(tgid, count);
+    }
+
+    /// The device count `tgid` was last told (since its last exec).
+    pub fn device_count_seen(&self, tgid: u32) -> Option<i32> {
+        self.device_counts.get(&tgid).copied()
     }
 
     /// Whether a `cuInit` succeeded in `parent` (0: no parent).
@@ -115,11 +134,13 @@ impl Calls {
     /// The process exec'ed: its CUDA state is gone.
     pub fn exec(&mut self, tgid: u32) {
         self.initialized.remove(&tgid);
+        self.device_counts.remove(&tgid);
     }
 
     /// The process exited: its calls in progress are dropped.
     pub fn exit(&mut self, tgid: u32) {
         self.by_thread.retain(|_, c| c.tgid != tgid);
+        self.device_counts.remove(&tgid);
     }
 }
 
@@ -199,5 +220,22 @@ mod tests {
         c.start(30, 31, 0);
         c.exit(30);
         assert!(c.so_far(31).is_none());
+    }
+
+    #[test]
+    fn a_process_keeps_its_last_device_count_until_it_execs_or_exits() {
+        let mut c = Calls::default();
+        assert_eq!(c.device_count_seen(10), None);
+        c.device_count(10, 2);
+        c.device_count(10, 1);
+        c.device_count(20, 8);
+        assert_eq!(c.device_count_seen(10), Some(1));
+        c.exec(10);
+        assert_eq!(c.device_count_seen(10), None);
+        c.exit(20);
+        assert_eq!(c.device_count_seen(20), None);
+        assert!(!c.initialized(30));
+        c.end(30, 30, true);
+        assert!(c.initialized(30));
     }
 }

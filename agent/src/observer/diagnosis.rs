@@ -4,9 +4,9 @@
 //! their own (`uvmwatch-evidence`), from this machine, below `--host-root`, or from a
 //! snapshot (`--evidence-root`); the agent never opens GPU nodes to read them. Rules on the
 //! facts alone run at start and whenever the facts change ("static" findings, trigger
-//! `evidence`). A failed `cuInit`, a failed device open and a stall are judged with what the
-//! probes saw of that process ([`observations`]); their findings ride on that event and
-//! stay active in `uvmwatch_diagnosis` for `--diagnosis-ttl`.
+//! `evidence`). A failed `cuInit`, a failed device open, a stall, a failed context creation
+//! or `cuDeviceGetCount`, and a device count below the GPUs the process has are judged with what the probes saw of that process ([`observations`]); their findings
+//! ride on that event and stay active in `uvmwatch_diagnosis` for `--diagnosis-ttl`.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -122,6 +122,13 @@ impl Diagnosis {
             .map_err(|u| format!("{}: {}", f.source, u.why))
     }
 
+    /// Whether a device count `cuDeviceGetCount` returned is below the GPUs the process has
+    /// (`gpu_nodes` in its root, else the GPUs the facts list; see
+    /// [`rules::device_count_disagrees`]): such a count is judged.
+    pub fn device_count_disagrees(&self, count: i32, gpu_nodes: Option<u32>) -> bool {
+        rules::device_count_disagrees(self.evidence.smi.get(), gpu_nodes, count).is_some()
+    }
+
     /// Takes facts the reader thread sent; `true` when they differ from the current ones.
     pub fn refresh(&mut self) -> bool {
         let mut changed = false;
@@ -171,6 +178,7 @@ impl Diagnosis {
             Kind::CuinitEnd(c) => c.findings = findings,
             Kind::Open(o) => o.findings = findings,
             Kind::Stall(s) => s.findings = findings,
+            Kind::ContextCall(c) => c.findings = findings,
             _ => {}
         }
     }
@@ -202,7 +210,8 @@ impl Diagnosis {
 }
 
 /// What the probes saw of the process an event is about, for the rules: for a `cuInit`
-/// that returned (whatever its result), a failed device open and a stall (`None` for other
+/// that returned (whatever its result), a failed device open, a stall, a failed context
+/// creation or `cuDeviceGetCount`, and a device count below the GPUs the process has (`None` for other
 /// events). `unavailable` gives the probes that are not attached.
 pub fn observations(ev: &Event, unavailable: impl FnOnce() -> Vec<String>) -> Option<Observations> {
     let pid = ev.pid();
@@ -256,6 +265,20 @@ pub fn observations(ev: &Event, unavailable: impl FnOnce() -> Vec<String>) -> Op
                 ..Observations::default()
             }
         }
+        Kind::ContextCall(c) if c.failed() || c.count_disagrees => Observations {
+            pid,
+            // Every driver API call but cuInit returns CUDA_ERROR_NOT_INITIALIZED (or
+            // _DEINITIALIZED) until a cuInit succeeded: any other result says it had.
+            cuinit_result: (c.cuinit_succeeded || !matches!(c.code, 3 | 4)).then_some(0),
+            context_call: Some(c.call.to_string()),
+            context_result: Some(c.code),
+            context_seconds: Some(ev.ts_ns.saturating_sub(c.start_ns) as f64 / 1e9),
+            context_device: c.device,
+            device_count_seen: c.count.or(c.device_count_seen),
+            gpu_nodes_visible: c.gpu_nodes,
+            cuda_visible_devices: c.cuda_visible_devices.clone(),
+            ..Observations::default()
+        },
         _ => return None,
     };
     Some(Observations {
@@ -266,10 +289,12 @@ pub fn observations(ev: &Event, unavailable: impl FnOnce() -> Vec<String>) -> Op
 
 /// The trigger of the findings an event carries.
 pub fn trigger_of(ev: &Event) -> Option<Trigger> {
-    match ev.kind {
+    match &ev.kind {
         Kind::CuinitEnd(_) => Some(Trigger::CuinitEnd),
         Kind::Open(_) => Some(Trigger::DeviceOpenFailed),
         Kind::Stall(_) => Some(Trigger::Stall),
+        Kind::ContextCall(c) if c.failed() => Some(Trigger::ContextCall),
+        Kind::ContextCall(_) => Some(Trigger::DeviceCount),
         _ => None,
     }
 }

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 
 use uvmwatch_common::{
-    node, result, CuinitEvent, EventHeader, IoctlEvent, KfuncEvent, OpenEvent, TaskEvent,
-    DIED_IN_CUINIT, DIED_IN_IOCTL, IOCTL_FAILED, IOCTL_IN_CUINIT, IOCTL_SLOW, OPEN_IN_CUINIT,
-    OPEN_LIBCUDA,
+    ctxcall, node, result, CtxEvent, CuinitEvent, EventHeader, IoctlEvent, KfuncEvent, OpenEvent,
+    TaskEvent, CTX_COUNT_READ, CTX_ENTRY_SEEN, DIED_IN_CUINIT, DIED_IN_IOCTL, IOCTL_FAILED,
+    IOCTL_IN_CUINIT, IOCTL_SLOW, OPEN_IN_CUINIT, OPEN_LIBCUDA,
 };
 
 use super::{
@@ -21,8 +21,8 @@ use crate::{
         record::{cstr, Record},
     },
     event::{
-        CuinitEnd, DiedInCall, Event, Inside, Ioctl, KernelSignal, Kind, Open, Process, Stall,
-        StallEnd, StallOutcome, ThreadSnapshot,
+        ContextCall, CuinitEnd, DiedInCall, Event, Inside, Ioctl, KernelSignal, Kind, Open,
+        Process, Stall, StallEnd, StallOutcome, ThreadSnapshot,
     },
     host::procfs,
     kernel::registry::kfunc_name,
@@ -41,6 +41,7 @@ impl<K: KernelSide> Observer<K> {
             Record::Ioctl(e) => self.on_ioctl(&e),
             Record::Open(e) => self.on_open(&e),
             Record::Kfunc(e) => self.on_kfunc(&e),
+            Record::Ctx(e) => self.on_ctx(&e),
             Record::DiedInCall(e) => self.on_died(&e),
             Record::Fork(e) => {
                 let ev = self.bare(&e.header, Kind::Fork { child: e.aux });
@@ -248,6 +249,49 @@ impl<K: KernelSide> Observer<K> {
         self.calls.kernel_signal(h.tid, s.text());
         let ev = self.about(h, Kind::KernelSignal(s));
         self.dispatch(ev);
+    }
+
+    /// A context creation or `cuDeviceGetCount` returned: with what the process's `cuInit`
+    /// and device count were, judged when it failed or when its count is below the GPUs
+    /// the process has.
+    fn on_ctx(&mut self, e: &CtxEvent) {
+        let h = &e.header;
+        let count = (e.call == ctxcall::DEVICE_GET_COUNT && e.flags & CTX_COUNT_READ != 0)
+            .then_some(e.count);
+        if let Some(n) = count {
+            self.calls.device_count(h.tgid, n);
+        }
+        // What the process was given, for a count to be judged against and for a failure's
+        // diagnosis (read once per count the process is told, or per failure).
+        let (gpu_nodes, cuda_visible_devices) = if count.is_some() || e.ret != 0 {
+            (
+                procfs::gpu_nodes(&self.cfg.proc_root, h.tgid),
+                procfs::environ_var(&self.cfg.proc_root, h.tgid, "CUDA_VISIBLE_DEVICES"),
+            )
+        } else {
+            (None, None)
+        };
+        let count_disagrees = match (count, self.diagnosis.as_ref()) {
+            (Some(n), Some(d)) if e.ret == 0 => d.device_count_disagrees(n, gpu_nodes),
+            _ => false,
+        };
+        let c = ContextCall {
+            start_ns: e.start_ns,
+            call: ctxcall::name(e.call),
+            code: e.ret,
+            result: nvidia::cu_result_name(e.ret),
+            device: (e.device >= 0 && ctxcall::creates_context(e.call)).then_some(e.device),
+            count,
+            entry_seen: e.flags & CTX_ENTRY_SEEN != 0,
+            cuinit_succeeded: self.calls.initialized(h.tgid),
+            device_count_seen: self.calls.device_count_seen(h.tgid),
+            gpu_nodes,
+            cuda_visible_devices,
+            count_disagrees,
+            findings: Vec::new(),
+        };
+        let ev = self.about(h, Kind::ContextCall(c));
+        self.emit(ev);
     }
 
     fn on_died(&mut self, e: &TaskEvent) {

@@ -92,6 +92,11 @@ pub struct Agent {
     raw: Arc<Mutex<Vec<String>>>,
 }
 
+/// How long a stopping agent may take: Kubernetes' default `terminationGracePeriodSeconds`.
+/// Each libcuda probed costs about 4 s of it here (14 uprobe detaches, each waiting for an
+/// RCU tasks-trace grace period, docs/probes.md); the demo scenarios probe six.
+const STOP_WITHIN: Duration = Duration::from_secs(30);
+
 impl Agent {
     /// Starts `uvmwatch run` with JSON logs and `extra` flags; waits until it is running.
     pub fn start(extra: &[&str]) -> Agent {
@@ -261,7 +266,7 @@ impl Agent {
     /// Sends SIGTERM and waits (10 s at most); returns whether it exited successfully.
     pub fn stop(mut self) -> bool {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let end = Instant::now() + Duration::from_secs(10);
+        let end = Instant::now() + STOP_WITHIN;
         loop {
             if let Some(st) = self.child.try_wait().unwrap() {
                 return st.success();
@@ -277,7 +282,7 @@ impl Agent {
     /// Like [`Agent::stop`], and every log record, the last ones (`stopped`) included.
     pub fn stop_with_records(mut self) -> (bool, Vec<Value>) {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let end = Instant::now() + Duration::from_secs(10);
+        let end = Instant::now() + STOP_WITHIN;
         let ok = loop {
             if let Some(st) = self.child.try_wait().unwrap() {
                 break st.success();

@@ -45,6 +45,7 @@ mod stale_after_suspend;
 mod version_mismatch;
 
 pub use hmm_setup_failure::HMM_CONF;
+pub use policy_or_partition::device_count_disagrees;
 pub use slow_init::{SLOW_FIRST_OPEN_SECONDS, SLOW_INIT_BASE_SECONDS};
 
 use super::facts::{DriverInfo, Evidence, Fact, KernelLog, Observations, SeenCall, SmiInfo};
@@ -193,6 +194,7 @@ mod cu {
     pub const NOT_INITIALIZED: i64 = 3;
     pub const DEVICE_UNAVAILABLE: i64 = 46;
     pub const NO_DEVICE: i64 = 100;
+    pub const INVALID_DEVICE: i64 = 101;
     pub const OPERATING_SYSTEM: i64 = 304;
     pub const SYSTEM_NOT_READY: i64 = 802;
     pub const SYSTEM_DRIVER_MISMATCH: i64 = 803;
@@ -272,6 +274,7 @@ fn observed(o: &Observations) -> bool {
         || o.device_opens > 0
         || o.forked_after_parent_init
         || !o.kernel_signals.is_empty()
+        || o.context_result.is_some()
 }
 
 /// `cuInit` returned one of `codes`.

@@ -31,6 +31,9 @@ pub mod cat {
     pub const IOCTL: &str = "ioctl";
     /// NVIDIA device opens.
     pub const OPEN: &str = "open";
+    /// CUDA context creations and device counts (`cuCtxCreate*`, `cuDevicePrimaryCtxRetain`,
+    /// `cuDeviceGetCount`).
+    pub const CONTEXT: &str = "context";
     /// Failed calls (instants).
     pub const FAILURE: &str = "failure";
     /// Stalls detected and ended (instants).

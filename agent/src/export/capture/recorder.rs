@@ -258,6 +258,42 @@ impl Recorder {
                     ));
                 }
             }
+            Observation::ContextCall(c) => {
+                self.note_thread(proc, tid);
+                let mut args = vec![
+                    ("result", Arg::from(c.result.as_str())),
+                    ("code", Arg::Int(c.code)),
+                    ("failed", Arg::from(c.failed())),
+                ];
+                if let Some(d) = c.device {
+                    args.push(("device", Arg::Int(i64::from(d))));
+                }
+                if let Some(n) = c.count {
+                    args.push(("count", Arg::Int(i64::from(n))));
+                }
+                self.push(slice(
+                    proc.pid,
+                    tid,
+                    c.start_ns,
+                    ev.ts_ns,
+                    c.call,
+                    cat::CONTEXT,
+                    sorted(args),
+                ));
+                if c.failed() {
+                    self.push(instant(
+                        proc.pid,
+                        Some(tid),
+                        ev.ts_ns,
+                        format!("{} failed", c.call),
+                        cat::FAILURE,
+                        sorted(vec![
+                            ("result", c.result.as_str().into()),
+                            ("code", Arg::Int(c.code)),
+                        ]),
+                    ));
+                }
+            }
             Observation::Stall(st) => {
                 self.note_thread(proc, tid);
                 let call = st.call.as_str();
@@ -675,5 +711,53 @@ mod tests {
         assert_eq!(cu.end_ns(), t + 2 * S);
         assert_eq!(cu.arg("result"), Some(&Arg::from("thread_exited")));
         assert_eq!(cu.arg("unfinished"), None);
+    }
+
+    #[test]
+    fn context_calls_are_slices_and_a_failed_one_is_also_a_failure() {
+        let clock = test_clock();
+        let meta = Meta::starting(clock, clock.mono_ns, "all".into(), 1);
+        let mut r = Recorder::new(meta, 100, Box::new(|_, _| None));
+        let p = workload();
+        let t = clock.mono_ns;
+        r.record(
+            &ev::context_call(
+                &p,
+                4242,
+                t,
+                t + MS,
+                "cuDeviceGetCount",
+                0,
+                "CUDA_SUCCESS",
+                Some(2),
+            ),
+            0,
+        );
+        r.record(
+            &ev::context_call(
+                &p,
+                4242,
+                t + 2 * MS,
+                t + 5 * MS,
+                "cuDevicePrimaryCtxRetain",
+                46,
+                "CUDA_ERROR_DEVICE_UNAVAILABLE",
+                None,
+            ),
+            0,
+        );
+        let c = r.build(t + S);
+        let count = find(&c, "cuDeviceGetCount")[0];
+        assert_eq!(count.cat, cat::CONTEXT);
+        assert_eq!(count.arg("count"), Some(&Arg::Int(2)));
+        assert_eq!(count.arg("device"), None);
+        let ctx = find(&c, "cuDevicePrimaryCtxRetain")[0];
+        assert_eq!((ctx.ts_ns, ctx.end_ns()), (t + 2 * MS, t + 5 * MS));
+        assert_eq!(ctx.arg("code"), Some(&Arg::Int(46)));
+        assert_eq!(ctx.arg("device"), Some(&Arg::Int(0)));
+        let failed = find(&c, "cuDevicePrimaryCtxRetain failed");
+        assert_eq!(failed.len(), 1);
+        assert_eq!(failed[0].cat, cat::FAILURE);
+        assert!(find(&c, "cuDeviceGetCount failed").is_empty());
     }
 }

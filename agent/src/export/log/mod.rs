@@ -14,8 +14,8 @@ use std::sync::Arc;
 use crate::{
     doctor::finding::Finding,
     event::{
-        CallKind, CuinitEnd, Diagnosis, Event, Ioctl, Kind, Open, Stall, StallEnd, StallOutcome,
-        Started, Trigger,
+        CallKind, ContextCall, CuinitEnd, Diagnosis, Event, Ioctl, Kind, Open, Stall, StallEnd,
+        StallOutcome, Started, Trigger,
     },
 };
 
@@ -115,6 +115,7 @@ impl crate::event::Listener for LogListener {
                 }
             }
             Kind::Open(o) => self.open(ev, o),
+            Kind::ContextCall(c) => self.context_call(ev, c),
             Kind::KernelSignal(s) if !self.print_failure(ev, s.function, &s.result) => {}
             Kind::KernelSignal(s) => tracing::warn!(
                 target: TARGET,
@@ -426,6 +427,68 @@ impl LogListener {
             in_cuinit = o.in_cuinit,
             "NVIDIA device open failed"
         );
+    }
+
+    /// A context creation or `cuDeviceGetCount`: a failure (summed up when repeated), a
+    /// count below the process's GPUs, or (debug) a call that went well.
+    fn context_call(&mut self, ev: &Event, c: &ContextCall) {
+        let (pid, tid, comm) = (ev.pid().unwrap_or(0), ev.tid, ev.comm.as_str());
+        let secs = seconds(ev.ts_ns, c.start_ns);
+        let device = c.device.map(|d| d.to_string()).unwrap_or_default();
+        let count = c.count.map(|n| n.to_string()).unwrap_or_default();
+        if c.failed() {
+            if !self.print_failure(ev, c.call, &c.result) {
+                return;
+            }
+            let d = self.summary(ev);
+            tracing::error!(
+                target: TARGET,
+                event = "context_call",
+                pid,
+                tid,
+                comm = %comm,
+                call = c.call,
+                device = %device,
+                result = %c.result,
+                code = c.code,
+                duration_seconds = secs,
+                diagnosis = %d.rules,
+                diagnosis_title = %d.title,
+                diagnosis_fix = %d.fix,
+                runbook = %d.runbook,
+                "CUDA context or device call failed"
+            );
+        } else if c.count_disagrees {
+            let d = self.summary(ev);
+            tracing::warn!(
+                target: TARGET,
+                event = "device_count",
+                pid,
+                tid,
+                comm = %comm,
+                count = %count,
+                gpu_nodes = %c.gpu_nodes.map(|n| n.to_string()).unwrap_or_default(),
+                cuda_visible_devices = %c.cuda_visible_devices.as_deref().unwrap_or(""),
+                diagnosis = %d.rules,
+                diagnosis_title = %d.title,
+                diagnosis_fix = %d.fix,
+                runbook = %d.runbook,
+                "CUDA sees fewer devices than the process has GPUs"
+            );
+        } else {
+            tracing::debug!(
+                target: TARGET,
+                event = "context_call",
+                pid,
+                tid,
+                call = c.call,
+                device = %device,
+                count = %count,
+                result = %c.result,
+                duration_seconds = secs,
+                "CUDA context or device call returned"
+            );
+        }
     }
 
     fn stall(&mut self, ev: &Event, s: &Stall) {

@@ -88,6 +88,19 @@ const CONTAINER: Field = f(
     "container id, or lxc:<name>; empty on the host",
 );
 const PATH: Field = f("path", "file path");
+const CTX_CALL: Field = f(
+    "call",
+    "the libcuda export called: cuCtxCreate, cuCtxCreate_v2, _v3, _v4, cuDevicePrimaryCtxRetain, cuDeviceGetCount",
+);
+const CTX_DEVICE: Field = f(
+    "device",
+    "the CUdevice argument of a context creation; empty for cuDeviceGetCount",
+);
+const CTX_COUNT: Field = f(
+    "count",
+    "the device count cuDeviceGetCount returned; empty for a context creation",
+);
+
 const ERROR: Field = f("error", "what went wrong");
 
 /// Every record kind, grouped by the data path: calls, stalls, processes, diagnosis, agent.
@@ -246,6 +259,62 @@ pub const RECORDS: &[Record] = &[
         ],
     },
     Record {
+        event: "context_call",
+        level: "ERROR",
+        message: "CUDA context or device call failed",
+        fields: &[
+            PID,
+            TID,
+            COMM,
+            CTX_CALL,
+            CTX_DEVICE,
+            RESULT_CU,
+            CODE,
+            DURATION,
+            DIAGNOSIS,
+            DIAGNOSIS_TITLE,
+            DIAGNOSIS_FIX,
+            RUNBOOK,
+        ],
+    },
+    Record {
+        event: "context_call",
+        level: "DEBUG",
+        message: "CUDA context or device call returned",
+        fields: &[
+            PID,
+            TID,
+            CTX_CALL,
+            CTX_DEVICE,
+            CTX_COUNT,
+            RESULT_CU,
+            DURATION,
+        ],
+    },
+    Record {
+        event: "device_count",
+        level: "WARN",
+        message: "CUDA sees fewer devices than the process has GPUs",
+        fields: &[
+            PID,
+            TID,
+            COMM,
+            CTX_COUNT,
+            f(
+                "gpu_nodes",
+                "GPU nodes (/dev/nvidia<N>) in the process's root (/proc/<pid>/root/dev); empty when unreadable",
+            ),
+            f(
+                "cuda_visible_devices",
+                "CUDA_VISIBLE_DEVICES of the process's initial environment (/proc/<pid>/environ)",
+            ),
+            DIAGNOSIS,
+            DIAGNOSIS_TITLE,
+            DIAGNOSIS_FIX,
+            RUNBOOK,
+        ],
+    },
+    Record {
         event: "stall",
         level: "ERROR",
         message: "call stalled",
@@ -323,7 +392,7 @@ pub const RECORDS: &[Record] = &[
         level: "WARN",
         message: "diagnosis",
         fields: &[
-            f("trigger", "the record that caused it: cuinit_end, device_open_failed, stall"),
+            f("trigger", "the record that caused it: cuinit_end, device_open_failed, stall, context_call, device_count"),
             PID,
             f("rule", "rule id (docs/doctor.md)"),
             f("severity", "critical, warning, info"),

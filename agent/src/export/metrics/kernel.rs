@@ -1,5 +1,6 @@
 //! The aggregates the kernel programs keep (driver ioctls by node, name and result with
-//! their latency histograms, device opens, kprobed functions, losses, tracked fds), read
+//! their latency histograms, device opens, kprobed functions, CUDA context and device
+//! calls, losses, tracked fds), read
 //! from the maps on every scrape so user space is never on the per-call path.
 
 use std::sync::{Mutex, Weak};
@@ -9,7 +10,7 @@ use prometheus::{
     proto::{self, LabelPair, MetricFamily, MetricType},
     IntCounter,
 };
-use uvmwatch_common::{counter, IoctlKey, LatencyHist, HIST_BUCKETS};
+use uvmwatch_common::{counter, ctxcall, IoctlKey, LatencyHist, HIST_BUCKETS};
 
 use super::help;
 use crate::{decode::nvidia, kernel::Kernel};
@@ -38,6 +39,8 @@ const KERNEL_FAMILIES: &[(&str, &[&str])] = &[
         &["function", "result"],
     ),
     ("uvmwatch_kernel_function_duration_seconds", &["function"]),
+    ("uvmwatch_cuda_context_calls_total", &["call", "result"]),
+    ("uvmwatch_cuda_context_duration_seconds", &["call"]),
     ("uvmwatch_events_dropped_total", &[]),
     ("uvmwatch_kernel_map_full_total", &["map"]),
     ("uvmwatch_device_open_paths_unreadable_total", &[]),
@@ -281,6 +284,42 @@ impl Collector for KernelCollector {
             "uvmwatch_kernel_function_calls_total",
             MetricType::COUNTER,
             merge_same_labels(krm),
+        ));
+
+        // CUDA context and device calls: those probed here (or with counts from earlier).
+        let chist = k.ctx_hist().unwrap_or_default();
+        let mut cm = Vec::new();
+        for (id, h) in chist.iter().enumerate() {
+            if h.count == 0 && !k.ctx_attached(id as u32) {
+                continue;
+            }
+            cm.push(histogram_metric(
+                labels(&[("call", ctxcall::name(id as u32).to_string())]),
+                h,
+            ));
+        }
+        out.push(family(
+            "uvmwatch_cuda_context_duration_seconds",
+            MetricType::HISTOGRAM,
+            cm,
+        ));
+        let cres = k.ctx_results().unwrap_or_default();
+        let crm = cres
+            .iter()
+            .map(|(key, n)| {
+                counter_metric(
+                    labels(&[
+                        ("call", ctxcall::name(key.call).to_string()),
+                        ("result", nvidia::cu_result_name(key.code as i32 as i64)),
+                    ]),
+                    *n as f64,
+                )
+            })
+            .collect();
+        out.push(family(
+            "uvmwatch_cuda_context_calls_total",
+            MetricType::COUNTER,
+            merge_same_labels(crm),
         ));
 
         let c = k.counters().unwrap_or_default();

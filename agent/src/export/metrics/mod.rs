@@ -85,10 +85,12 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     ("uvmwatch_driver_ioctl_duration_seconds", "histogram", "Ioctl latency on NVIDIA device nodes, seconds, aggregated in the kernel in log2 buckets."),
     ("uvmwatch_kernel_function_calls_total", "counter", "Calls of kprobed kernel and nvidia_uvm functions (HMM set-up, GPU registration, HMM faults, GPU fault batches; docs/probes.md), by function and result (NV_STATUS name, errno name, or OK). Only where the kernel has kprobes; request_free_mem_region and memremap_pages only inside UVM ioctls."),
     ("uvmwatch_kernel_function_duration_seconds", "histogram", "Latency of kprobed kernel and nvidia_uvm functions, seconds, aggregated in the kernel in log2 buckets."),
+    ("uvmwatch_cuda_context_calls_total", "counter", "Calls of the CUDA context and device functions probed in libcuda (cuCtxCreate, cuCtxCreate_v2, cuCtxCreate_v3, cuCtxCreate_v4, cuDevicePrimaryCtxRetain, cuDeviceGetCount, as each libcuda exports them; docs/probes.md), by call and result (CUresult name from cuda.h, e.g. CUDA_ERROR_DEVICE_UNAVAILABLE for 46; CUDA_ERROR_<code> for a code the table does not name). Counted in the kernel; a cuCtxCreate version called from another counts once."),
+    ("uvmwatch_cuda_context_duration_seconds", "histogram", "Latency of the CUDA context and device functions probed in libcuda, by call, seconds, aggregated in the kernel in log2 buckets."),
     ("uvmwatch_device_opens_total", "counter", "Opens (open, openat, openat2) of NVIDIA device nodes, by node and result (success or errno name)."),
     ("uvmwatch_events_dropped_total", "counter", "Event records lost: ring buffer full in the kernel, or undecodable in user space."),
     ("uvmwatch_events_throttled_total", "counter", "Failure records (a failed driver call or open outside cuInit) not sent to the agent because their process sent more than 200 in one second; the calls are counted in uvmwatch_driver_ioctl_calls_total and uvmwatch_device_opens_total all the same, and the log sums repeated failures up."),
-    ("uvmwatch_kernel_map_full_total", "counter", "Entries a kernel map refused because it was full, by map: inflight (calls in flight), fds (tracked fds), procs (processes), pending_open, pending_path, pending_dup (syscalls between enter and exit), ioctl_hist, ioctl_results, opens, kf_results (aggregates: a call not counted). Unknown ioctl numbers share one aggregate key per node and result, so no process fills the aggregates by inventing numbers."),
+    ("uvmwatch_kernel_map_full_total", "counter", "Entries a kernel map refused because it was full, by map: inflight (calls in flight), fds (tracked fds), procs (processes), pending_open, pending_path, pending_dup (syscalls between enter and exit), ioctl_hist, ioctl_results, opens, kf_results, ctx_results (aggregates: a call not counted). Unknown ioctl numbers share one aggregate key per node and result, so no process fills the aggregates by inventing numbers."),
     ("uvmwatch_device_open_paths_unreadable_total", "counter", "Opens whose path could not be read at their entry (page not mapped yet) nor at their exit: such an open, and the calls on the fd it returns, are not seen."),
     ("uvmwatch_tracked_fds", "gauge", "Open NVIDIA device fds the kernel side is tracking."),
     ("uvmwatch_diagnosis", "gauge", "1 while a diagnosis rule has an active finding of this severity (from the host's state, or from a stall or failure within --diagnosis-ttl), 0 after it cleared; no series before the first finding. Rules and runbooks: docs/doctor.md."),
@@ -117,6 +119,8 @@ const FAMILY_LABELS: &[(&str, &str)] = &[
     ("uvmwatch_stalled_calls", "call"),
     ("uvmwatch_driver_ioctl_calls_total", "node, ioctl, result"),
     ("uvmwatch_driver_ioctl_duration_seconds", "node, ioctl"),
+    ("uvmwatch_cuda_context_calls_total", "call, result"),
+    ("uvmwatch_cuda_context_duration_seconds", "call"),
     ("uvmwatch_device_opens_total", "node, result"),
     ("uvmwatch_kernel_function_calls_total", "function, result"),
     ("uvmwatch_kernel_function_duration_seconds", "function"),
@@ -163,8 +167,9 @@ pub fn reference_markdown() -> String {
     }
     s.push_str(
         "\nHistogram buckets: `uvmwatch_cuinit_duration_seconds` uses fixed bounds from 1 ms to \
-         600 s; `uvmwatch_driver_ioctl_duration_seconds` exports the kernel's log2 buckets as \
-         bounds 2^(i+1) ns (about 1 µs to 137 s).\n",
+         600 s; `uvmwatch_driver_ioctl_duration_seconds`, \
+         `uvmwatch_kernel_function_duration_seconds` and `uvmwatch_cuda_context_duration_seconds` \
+         export the kernel's log2 buckets as bounds 2^(i+1) ns (about 1 µs to 137 s).\n",
     );
     s
 }

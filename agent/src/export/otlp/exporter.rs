@@ -41,6 +41,7 @@ pub(super) fn traced(ev: &Event) -> bool {
             Kind::CuinitStart { .. }
             | Kind::Ioctl(_)
             | Kind::Open(_)
+            | Kind::ContextCall(_)
             | Kind::Stall(_)
             | Kind::StallEnd(_) => true,
             Kind::Diagnosis(d) => d.trigger != Trigger::Evidence,

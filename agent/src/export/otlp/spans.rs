@@ -247,6 +247,42 @@ impl Exporter {
                 }
                 self.push(s);
             }
+            Kind::ContextCall(cc) => {
+                // A root span of its own: a trace per context creation (or device count),
+                // which its diagnosis joins.
+                let o = self.new_open(cc.call, proc.pid, None);
+                let mut attrs = self.proc_attrs(&proc);
+                attrs.push(kv_int("thread.id", tid as i64));
+                attrs.push(kv_str("uvmwatch.cuda.call", cc.call));
+                attrs.push(kv_str("uvmwatch.cuda.result", cc.result.clone()));
+                attrs.push(kv_int("uvmwatch.cuda.result_code", cc.code));
+                if let Some(d) = cc.device {
+                    attrs.push(kv_int("uvmwatch.cuda.device", i64::from(d)));
+                }
+                if let Some(n) = cc.count {
+                    attrs.push(kv_int("uvmwatch.cuda.device_count", i64::from(n)));
+                }
+                if let Some(n) = cc.gpu_nodes.filter(|_| cc.count_disagrees) {
+                    attrs.push(kv_int("uvmwatch.cuda.gpu_nodes", i64::from(n)));
+                }
+                let error = cc.failed().then(|| {
+                    attrs.push(kv_str("error.type", cc.result.clone()));
+                    cc.result.clone()
+                });
+                let s = self.span(
+                    o.trace_id,
+                    o.span_id,
+                    None,
+                    cc.call,
+                    cc.start_ns,
+                    end_ns,
+                    attrs,
+                    Vec::new(),
+                    error,
+                );
+                self.remember(proc.pid, o.trace_id, o.span_id);
+                self.push(s);
+            }
             Kind::Stall(st) => {
                 let detected_ns = ev.ts_ns;
                 let call = st.call.clone();

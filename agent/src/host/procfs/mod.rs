@@ -309,6 +309,41 @@ fn parse_stat_comm_state(stat: &[u8]) -> Result<(String, char)> {
     Ok((comm, state))
 }
 
+/// The GPU nodes (`/dev/nvidia<N>`, see [`NodeKind`]) process `pid` sees in its own root
+/// (`/proc/<pid>/root/dev`: its container's `/dev`); `None` when that cannot be read.
+pub fn gpu_nodes(proc_root: &Path, pid: u32) -> Option<u32> {
+    let dir = fs::read_dir(proc_root.join(pid.to_string()).join("root/dev")).ok()?;
+    let n = dir
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name().to_str().is_some_and(|name| {
+                matches!(
+                    NodeKind::from_dev_path(&format!("/dev/{name}")),
+                    Some(NodeKind::Gpu(_))
+                )
+            })
+        })
+        .count();
+    Some(n as u32)
+}
+
+/// Most of `/proc/<pid>/environ` read by [`environ_var`] (environments are a few KiB).
+const ENVIRON_MAX: u64 = 256 * 1024;
+
+/// The value of `name` in process `pid`'s initial environment (`/proc/<pid>/environ`: what
+/// it was started with, not what it set since); `None` when unset or unreadable.
+pub fn environ_var(proc_root: &Path, pid: u32, name: &str) -> Option<String> {
+    let bytes = read_capped(
+        &proc_root.join(pid.to_string()).join("environ"),
+        ENVIRON_MAX,
+    )?;
+    split_nul(&bytes).into_iter().find_map(|kv| {
+        kv.split_once('=')
+            .filter(|(k, _)| *k == name)
+            .map(|(_, v)| v.to_string())
+    })
+}
+
 /// Splits NUL-separated fields (`cmdline`, `environ`): one trailing NUL is dropped, empty
 /// input gives no field, invalid UTF-8 becomes U+FFFD.
 pub fn split_nul(bytes: &[u8]) -> Vec<String> {
@@ -606,6 +641,35 @@ mod tests {
         assert_eq!(split_nul(b"\xff\0"), vec!["\u{fffd}"]);
         assert!(split_nul(b"").is_empty());
         assert!(split_nul(b"\0").is_empty());
+    }
+
+    #[test]
+    fn gpu_nodes_and_environment_of_a_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = dir.path().join("7/root/dev");
+        for n in [
+            "nvidia0",
+            "nvidia1",
+            "nvidiactl",
+            "nvidia-uvm",
+            "nvidia-modeset",
+            "null",
+        ] {
+            write(&dev.join(n), b"");
+        }
+        fs::create_dir_all(dev.join("nvidia-caps")).unwrap();
+        assert_eq!(gpu_nodes(dir.path(), 7), Some(2));
+        assert_eq!(gpu_nodes(dir.path(), 8), None);
+        write(
+            &dir.path().join("7/environ"),
+            b"PATH=/bin\0CUDA_VISIBLE_DEVICES=0\0X_CUDA_VISIBLE_DEVICES=1,2\0",
+        );
+        assert_eq!(
+            environ_var(dir.path(), 7, "CUDA_VISIBLE_DEVICES").as_deref(),
+            Some("0")
+        );
+        assert_eq!(environ_var(dir.path(), 7, "HOME"), None);
+        assert_eq!(environ_var(dir.path(), 8, "PATH"), None);
     }
 
     #[test]

@@ -234,6 +234,7 @@ fn send_with_findings(
         Kind::CuinitEnd(c) => c.findings = fs.clone(),
         Kind::Open(o) => o.findings = fs.clone(),
         Kind::Stall(st) => st.findings = fs.clone(),
+        Kind::ContextCall(c) => c.findings = fs.clone(),
         _ => panic!("no findings on {:?}", e.kind),
     }
     let (p, ts) = (e.process.clone().unwrap(), e.ts_ns);

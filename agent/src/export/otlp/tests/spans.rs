@@ -318,6 +318,70 @@ fn a_stall_is_exported_while_the_call_is_still_stuck() {
 }
 
 #[test]
+fn a_context_creation_is_a_root_span_an_error_on_46_and_its_diagnosis_rides_on_it() {
+    let (c, _root, mut sink, p) = exporting_vllm();
+    let mut t = Seq::new();
+    let (s, e) = (t.at(0), t.at(2));
+    send(
+        &mut sink,
+        mk::context_call(
+            &p,
+            4243,
+            s,
+            e,
+            "cuDeviceGetCount",
+            0,
+            "CUDA_SUCCESS",
+            Some(2),
+        ),
+    );
+    let (s, e) = (t.at(1), t.at(4));
+    let f = finding();
+    send_with_findings(
+        &mut sink,
+        mk::context_call(
+            &p,
+            4243,
+            s,
+            e,
+            "cuCtxCreate_v2",
+            46,
+            "CUDA_ERROR_DEVICE_UNAVAILABLE",
+            None,
+        ),
+        std::slice::from_ref(&f),
+        Trigger::ContextCall,
+    );
+    let spans = c.wait("2 spans", |s| s.len() >= 2);
+    let count = spans.iter().find(|s| s.name == "cuDeviceGetCount").unwrap();
+    assert!(count.parent_span_id.is_empty());
+    assert_eq!(
+        i_attr(&count.attributes, "uvmwatch.cuda.device_count"),
+        Some(2)
+    );
+    assert_eq!(i_attr(&count.attributes, "uvmwatch.cuda.device"), None);
+    assert_eq!(s_attr(&count.attributes, "error.type"), None);
+    let ctx = spans.iter().find(|s| s.name == "cuCtxCreate_v2").unwrap();
+    assert!(ctx.parent_span_id.is_empty());
+    assert_ne!(ctx.trace_id, count.trace_id);
+    assert_eq!(s_attr(&ctx.attributes, "uvmwatch.engine"), Some("vllm"));
+    assert_eq!(
+        i_attr(&ctx.attributes, "uvmwatch.cuda.result_code"),
+        Some(46)
+    );
+    assert_eq!(i_attr(&ctx.attributes, "uvmwatch.cuda.device"), Some(0));
+    let st = ctx.status.as_ref().unwrap();
+    assert_eq!(st.code, status::StatusCode::Error as i32);
+    assert_eq!(st.message, "CUDA_ERROR_DEVICE_UNAVAILABLE");
+    assert_eq!(ctx.end_time_unix_nano - ctx.start_time_unix_nano, e - s);
+    let ev = ctx.events.iter().find(|e| e.name == DIAGNOSIS).unwrap();
+    assert_eq!(
+        s_attr(&ev.attributes, "uvmwatch.diagnosis.severity"),
+        Some("critical")
+    );
+}
+
+#[test]
 fn calls_outside_cuinit_are_root_spans_and_thread_exit_ends_a_stalled_cuinit() {
     let (c, _root, mut sink, p) = exporting_vllm();
     let mut t = Seq::new();
