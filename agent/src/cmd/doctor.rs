@@ -74,7 +74,7 @@ pub fn doctor(a: DoctorArgs, g: &Global) -> anyhow::Result<ExitCode> {
     };
     use std::io::IsTerminal;
     let json = a.json || a.format == ReportFormat::Json;
-    let run = || -> anyhow::Result<(Vec<_>, _, _, _)> {
+    let run = || -> anyhow::Result<(Vec<_>, _, _, _, Vec<String>)> {
         let recorder = Recorder::new();
         let (_tmp, root) = match &a.root {
             Some(p) => bundle::open_bundle(p)?,
@@ -84,6 +84,11 @@ pub fn doctor(a: DoctorArgs, g: &Global) -> anyhow::Result<ExitCode> {
         let saved = match &root {
             Root::Snapshot(dir) => bundle::read_saved_observations(dir).transpose(),
             _ => None,
+        };
+        // Its other files that cannot be used, named after what the user gave.
+        let snapshot_problems = match (&root, &a.root) {
+            (Root::Snapshot(dir), Some(shown)) => bundle::snapshot_problems(dir, shown),
+            _ => Vec::new(),
         };
         let root = if a.bundle.is_some() {
             root.recording(&recorder)
@@ -114,15 +119,16 @@ pub fn doctor(a: DoctorArgs, g: &Global) -> anyhow::Result<ExitCode> {
             eprintln!("uvmwatch doctor: bundle written to {}", out.display());
         }
         let findings = observed::judge(&evidence, &observations);
-        Ok((findings, evidence, observations, source))
+        Ok((findings, evidence, observations, source, snapshot_problems))
     };
     match run() {
-        Ok((findings, evidence, observations, source)) => {
+        Ok((findings, evidence, observations, source, snapshot_problems)) => {
             let r = report::Report {
                 findings: &findings,
                 evidence: &evidence,
                 observations: &observations,
                 source: &source,
+                snapshot_problems: &snapshot_problems,
             };
             if json {
                 let v = report::render_json(&r);

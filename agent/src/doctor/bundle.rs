@@ -18,20 +18,32 @@ use anyhow::{anyhow, bail, Context, Result};
 use tempfile::TempDir;
 
 use super::facts::{Evidence, Observations};
+use super::input::{self, clip, quote, read_file_limited, OBSERVATIONS_LIMIT};
 use super::root::{
     Manifest, Recorded, Recorder, Root, COMMANDS_DIR, EVIDENCE_FILE, MANIFEST_FILE, NODES_FILE,
     OBSERVATIONS_FILE, OBSERVATIONS_FORMAT, SNAPSHOT_FORMAT,
 };
 
-/// Most bytes [`open_bundle`] unpacks (1 GiB; a real bundle is well under 10 MiB).
+/// Most bytes [`open_bundle`] writes to disk in all (1 GiB; a real bundle is well under
+/// 10 MiB).
 pub const MAX_UNPACKED_BYTES: u64 = 1 << 30;
+
+/// Most bytes of one archive entry [`open_bundle`] writes to disk (64 MiB, the largest
+/// read limit of [`crate::doctor::input`]). Of a larger entry only its last 64 MiB are
+/// written, at their offset, after a hole: the file keeps its size (reported as too large)
+/// and its newest part (what the kernel log keeps), and takes no more disk.
+pub const MAX_ENTRY_STORED_BYTES: u64 = 64 << 20;
+
+/// Most bytes the entries of an archive may hold in all, written or skipped (4 GiB): this
+/// bounds the time spent decompressing one.
+pub const MAX_ARCHIVE_BYTES: u64 = 4 << 30;
 
 /// Most archive entries [`open_bundle`] accepts.
 pub const MAX_ENTRIES: usize = 100_000;
 
-/// Most bytes of `observations.json` [`read_saved_observations`] reads (1 MiB; one written by
-/// uvmwatch holds a few KiB).
-pub const MAX_OBSERVATIONS_BYTES: u64 = 1 << 20;
+/// Most bytes of `observations.json` [`read_saved_observations`] reads
+/// ([`OBSERVATIONS_LIMIT`]: 1 MiB; one written by uvmwatch holds a few KiB).
+pub const MAX_OBSERVATIONS_BYTES: u64 = OBSERVATIONS_LIMIT.bytes;
 
 /// Where the host name in the manifest comes from.
 const HOSTNAME_PATH: &str = "/proc/sys/kernel/hostname";
@@ -246,26 +258,58 @@ fn machine_rel(path: &str) -> Option<String> {
 /// (it is deleted when dropped; `None` for a directory) and the [`Root`] to collect from.
 ///
 /// Unpacking accepts only regular files and directories whose paths are relative and free
-/// of `..`, at most [`MAX_ENTRIES`] of them holding at most [`MAX_UNPACKED_BYTES`]; links,
-/// devices and anything else make it fail, as does a directory that holds neither
-/// `manifest.json`, `proc/` nor `dev/nodes.json`.
+/// of `..`, at most [`MAX_ENTRIES`] of them holding at most [`MAX_ARCHIVE_BYTES`], of which
+/// at most [`MAX_UNPACKED_BYTES`] are written ([`MAX_ENTRY_STORED_BYTES`] an entry); links,
+/// devices and anything else make it fail, as does an empty file and a directory that
+/// holds neither `manifest.json`, `proc/` nor `dev/nodes.json`.
 ///
-/// Errors: the path cannot be read, the archive is corrupt or refused (the reason names the
-/// entry), or the directory does not look like a snapshot.
+/// Errors: the path cannot be read, is empty, the archive is corrupt or refused (the reason
+/// names the entry), or it does not look like a snapshot. Every message names `path` as
+/// given, never the temporary directory.
 pub fn open_bundle(path: &Path) -> Result<(Option<TempDir>, Root)> {
     let meta = fs::metadata(path).with_context(|| format!("opening {}", path.display()))?;
     if meta.is_dir() {
-        check_snapshot_dir(path)?;
+        check_snapshot_dir(path, path)?;
         return Ok((None, Root::Snapshot(path.to_path_buf())));
+    }
+    if meta.len() == 0 {
+        bail!(
+            "{} is empty (0 bytes): not a doctor bundle (a .tar.gz written by `uvmwatch doctor \
+             --bundle`)",
+            path.display()
+        );
     }
     let tmp = tempfile::Builder::new()
         .prefix("uvmwatch-doctor-")
         .tempdir()
         .context("creating a temporary directory")?;
     unpack(path, tmp.path()).with_context(|| format!("unpacking {}", path.display()))?;
-    check_snapshot_dir(tmp.path()).with_context(|| format!("reading {}", path.display()))?;
+    check_snapshot_dir(tmp.path(), path)?;
     let root = Root::Snapshot(tmp.path().to_path_buf());
     Ok((Some(tmp), root))
+}
+
+/// The snapshot files of `dir` that are there but cannot be used (`manifest.json`,
+/// `dev/nodes.json`: not JSON, wrong types, too large), one line each, naming the file as
+/// `<file> of <shown>` (`shown`: the bundle or directory the user gave). Empty when all
+/// can be used. The reads that depend on such a file fail with the same reason
+/// ([`crate::doctor::root`]); the report lists these lines too.
+pub fn snapshot_problems(dir: &Path, shown: &Path) -> Vec<String> {
+    use crate::doctor::root::{read_manifest, read_nodes};
+    let mut out = Vec::new();
+    let problems = [
+        read_manifest(dir).err().map(|e| (MANIFEST_FILE, e)),
+        read_nodes(dir).err().map(|e| (NODES_FILE, e)),
+    ];
+    for (file, err) in problems.into_iter().flatten() {
+        let why = input::verdict(&err).unwrap_or_else(|| err.to_string());
+        let why = why
+            .strip_prefix(&format!("malformed: the snapshot's {file}: "))
+            .map(|rest| format!("malformed: {rest}"))
+            .unwrap_or(why);
+        out.push(format!("{file} of {}: {why}", shown.display()));
+    }
+    out
 }
 
 /// The `evidence.json` a bundle was written with (what the machine showed at the time).
@@ -273,8 +317,9 @@ pub fn open_bundle(path: &Path) -> Result<(Option<TempDir>, Root)> {
 /// Errors: the snapshot has no `evidence.json` or it does not parse.
 pub fn read_saved_evidence(dir: &Path) -> Result<Evidence> {
     let path = dir.join(EVIDENCE_FILE);
-    let bytes = fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", path.display()))
+    let read = read_file_limited(&path, input::SNAPSHOT_METADATA_LIMIT)
+        .with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_slice(&read.bytes).with_context(|| format!("parsing {}", path.display()))
 }
 
 /// The `observations.json` of a snapshot as read.
@@ -319,7 +364,8 @@ pub fn observations_json(observations: &Observations) -> Result<Vec<u8>> {
 /// line and column).
 pub fn parse_observations(bytes: &[u8]) -> Result<SavedObservations> {
     use serde_json::Value;
-    let value: Value = serde_json::from_slice(bytes).map_err(|e| anyhow!("not valid JSON: {e}"))?;
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| anyhow!("not valid JSON: {}", clip(e.to_string(), 300)))?;
     let Value::Object(mut object) = value else {
         bail!("not a JSON object (found {})", json_kind(&value));
     };
@@ -328,7 +374,10 @@ pub fn parse_observations(bytes: &[u8]) -> Result<SavedObservations> {
         Some(Value::Number(n)) if n.as_u64().is_some_and(|v| v >= 1) => {
             u32::try_from(n.as_u64().unwrap_or(u64::MAX)).unwrap_or(u32::MAX)
         }
-        Some(other) => bail!("format must be a positive integer, found {other}"),
+        Some(other) => bail!(
+            "format must be a positive integer, found {}",
+            clip(other.to_string(), 100)
+        ),
     };
     if format > OBSERVATIONS_FORMAT {
         bail!(
@@ -338,8 +387,12 @@ pub fn parse_observations(bytes: &[u8]) -> Result<SavedObservations> {
         );
     }
     // From the text again, so that a type error says where it is.
-    let observations: Observations = serde_json::from_slice(bytes)
-        .map_err(|e| anyhow!("does not match the format {format} schema: {e}"))?;
+    let observations: Observations = serde_json::from_slice(bytes).map_err(|e| {
+        anyhow!(
+            "does not match the format {format} schema: {}",
+            clip(e.to_string(), 300)
+        )
+    })?;
     let known = serde_json::to_value(&observations)?;
     let mut ignored_fields = Vec::new();
     unknown_fields(&Value::Object(object), &known, "", &mut ignored_fields);
@@ -387,22 +440,20 @@ fn json_kind(v: &serde_json::Value) -> &'static str {
 /// or [`parse_observations`] refuses it. The message says what is wrong; the caller names
 /// the file (as `observations.json`, not by its temporary path).
 pub fn read_saved_observations(dir: &Path) -> Result<Option<SavedObservations>> {
-    let file = match fs::File::open(dir.join(OBSERVATIONS_FILE)) {
-        Ok(f) => f,
+    let read = match read_file_limited(&dir.join(OBSERVATIONS_FILE), OBSERVATIONS_LIMIT) {
+        Ok(read) => read,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(err) => bail!("cannot be read: {err}"),
+        Err(err) => match input::verdict(&err) {
+            Some(verdict) => bail!("{verdict}: not a file uvmwatch wrote"),
+            None => bail!("cannot be read: {err}"),
+        },
     };
-    let mut bytes = Vec::new();
-    file.take(MAX_OBSERVATIONS_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|err| anyhow!("cannot be read: {err}"))?;
-    if bytes.len() as u64 > MAX_OBSERVATIONS_BYTES {
-        bail!("larger than {MAX_OBSERVATIONS_BYTES} bytes: not a file uvmwatch wrote");
-    }
-    parse_observations(&bytes).map(Some)
+    parse_observations(&read.bytes).map(Some)
 }
 
-fn check_snapshot_dir(dir: &Path) -> Result<()> {
+/// Fails unless `dir` looks like a snapshot; the message names `shown`, the directory or
+/// bundle the user gave.
+fn check_snapshot_dir(dir: &Path, shown: &Path) -> Result<()> {
     if [MANIFEST_FILE, "proc", NODES_FILE]
         .iter()
         .any(|p| dir.join(p).exists())
@@ -411,7 +462,7 @@ fn check_snapshot_dir(dir: &Path) -> Result<()> {
     } else {
         bail!(
             "{} is not a doctor snapshot (no manifest.json, proc/ or dev/nodes.json)",
-            dir.display()
+            shown.display()
         )
     }
 }
@@ -428,12 +479,21 @@ fn unpack(archive: &Path, dest: &Path) -> Result<()> {
     };
     let mut tar = tar::Archive::new(reader);
     let mut total = 0u64;
+    let mut declared = 0u64;
     for (count, entry) in tar.entries()?.enumerate() {
         if count >= MAX_ENTRIES {
             bail!("more than {MAX_ENTRIES} entries");
         }
         let mut entry = entry?;
         let name = entry.path()?.into_owned();
+        let size = entry.size();
+        declared = declared.saturating_add(size);
+        if declared > MAX_ARCHIVE_BYTES {
+            bail!(
+                "more than {MAX_ARCHIVE_BYTES} bytes in its entries (at {})",
+                quote(name.as_os_str().as_encoded_bytes())
+            );
+        }
         let kind = entry.header().entry_type();
         let rel = safe_relative(&name)?;
         match kind {
@@ -458,6 +518,13 @@ fn unpack(archive: &Path, dest: &Path) -> Result<()> {
                     .mode(0o644)
                     .open(&target)
                     .with_context(|| format!("creating {}", rel.display()))?;
+                if size > MAX_ENTRY_STORED_BYTES {
+                    // Only the newest part is kept, at its offset; the file keeps its size.
+                    let skipped = size - MAX_ENTRY_STORED_BYTES;
+                    io::copy(&mut (&mut entry).take(skipped), &mut io::sink())?;
+                    out.set_len(size)?;
+                    out.seek(SeekFrom::Start(skipped))?;
+                }
                 let budget = MAX_UNPACKED_BYTES - total;
                 total += io::copy(&mut (&mut entry).take(budget + 1), &mut out)?;
                 if total > MAX_UNPACKED_BYTES {
@@ -467,7 +534,7 @@ fn unpack(archive: &Path, dest: &Path) -> Result<()> {
             tar::EntryType::XGlobalHeader | tar::EntryType::XHeader => {}
             other => bail!(
                 "refusing entry {} of type {other:?}: a bundle holds only files and directories",
-                name.display()
+                quote(name.as_os_str().as_encoded_bytes())
             ),
         }
     }
@@ -483,7 +550,7 @@ fn safe_relative(name: &Path) -> Result<Option<PathBuf>> {
             Component::CurDir => {}
             _ => bail!(
                 "refusing entry {}: its path leaves the bundle",
-                name.display()
+                quote(name.as_os_str().as_encoded_bytes())
             ),
         }
     }
@@ -525,7 +592,7 @@ mod tests {
         assert_eq!(read_saved_evidence(&snapshot_dir).unwrap(), live);
         assert_eq!(read_saved_observations(&snapshot_dir).unwrap(), None);
 
-        let manifest = crate::doctor::root::read_manifest(&snapshot_dir);
+        let manifest = crate::doctor::root::read_manifest(&snapshot_dir).unwrap();
         assert_eq!(manifest.format, SNAPSHOT_FORMAT);
         assert_eq!(manifest.agent_version, env!("CARGO_PKG_VERSION"));
         assert!(manifest.created.ends_with('Z'), "{}", manifest.created);
@@ -722,6 +789,80 @@ mod tests {
     }
 
     #[test]
+    fn a_large_entry_keeps_its_size_and_newest_part_but_not_the_disk() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let size = MAX_ENTRY_STORED_BYTES + (8 << 20);
+        let tail = b"\n[ 9999.000000] NVRM: the newest line\n";
+        let path = dir.path().join("big.tar");
+        {
+            let mut tar = tar::Builder::new(fs::File::create(&path).unwrap());
+            let mut header = tar::Header::new_gnu();
+            header.set_entry_type(tar::EntryType::Regular);
+            header.set_mode(0o644);
+            header.set_size(size);
+            header.set_cksum();
+            let body = io::repeat(b'x')
+                .take(size - tail.len() as u64)
+                .chain(&tail[..]);
+            tar.append_data(&mut header, "commands/dmesg.txt", body)
+                .unwrap();
+            tar.append_data(
+                &mut header.clone(),
+                "proc/cmdline",
+                io::repeat(b'y').take(size),
+            )
+            .unwrap();
+            tar.into_inner().unwrap();
+        }
+        let (guard, root) = open_bundle(&path).unwrap();
+        let unpacked = guard.as_ref().unwrap().path().join("commands/dmesg.txt");
+        let meta = fs::metadata(&unpacked).unwrap();
+        assert_eq!(meta.len(), size);
+        assert!(
+            meta.blocks() * 512 <= MAX_ENTRY_STORED_BYTES + (1 << 20),
+            "{}",
+            meta.blocks()
+        );
+        let log = root.kernel_log().unwrap();
+        assert!(log.text.ends_with("[ 9999.000000] NVRM: the newest line\n"));
+        assert_eq!(log.dropped_bytes + log.text.len() as u64, size);
+        assert_eq!(
+            crate::doctor::input::verdict(&root.read_bytes("/proc/cmdline").unwrap_err()).unwrap(),
+            format!("too large ({size} bytes, limit 1048576)")
+        );
+        // The bytes an archive holds are bounded too (at MAX_ARCHIVE_BYTES), and an empty
+        // file is refused by its name.
+        let empty = dir.path().join("empty.tar.gz");
+        fs::write(&empty, b"").unwrap();
+        assert_eq!(
+            open_bundle(&empty).unwrap_err().to_string(),
+            format!(
+                "{} is empty (0 bytes): not a doctor bundle (a .tar.gz written by `uvmwatch \
+                 doctor --bundle`)",
+                empty.display()
+            )
+        );
+    }
+
+    #[test]
+    fn malformed_snapshot_files_are_named_with_the_users_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let shown = Path::new("/home/me/incident.tar.gz");
+        assert!(snapshot_problems(dir.path(), shown).is_empty());
+        fs::create_dir_all(dir.path().join("dev")).unwrap();
+        fs::write(dir.path().join(super::NODES_FILE), b"[1, 2]").unwrap();
+        fs::write(dir.path().join(super::MANIFEST_FILE), b"{}").unwrap();
+        assert_eq!(
+            snapshot_problems(dir.path(), shown),
+            [
+                "dev/nodes.json of /home/me/incident.tar.gz: malformed: not valid: invalid type: \
+              integer `1`, expected a sequence at line 1 column 2"
+            ]
+        );
+    }
+
+    #[test]
     fn reserved_and_odd_paths_are_not_archived() {
         assert_eq!(
             machine_rel("/proc/cmdline").as_deref(),
@@ -819,7 +960,10 @@ mod tests {
         big.extend_from_slice(b"\"]}");
         fs::write(&path, &big).unwrap();
         let err = format!("{:#}", read_saved_observations(dir.path()).unwrap_err());
-        assert!(err.starts_with("larger than 1048576 bytes"), "{err}");
+        assert_eq!(
+            err,
+            "too large (1048589 bytes, limit 1048576): not a file uvmwatch wrote"
+        );
         fs::remove_file(&path).unwrap();
         fs::create_dir(&path).unwrap();
         let err = format!("{:#}", read_saved_observations(dir.path()).unwrap_err());

@@ -130,6 +130,11 @@ pub struct KernelLog {
     pub hmm_errors: Vec<String>,
     /// A resume from suspend logged after `nvidia-uvm` was loaded.
     pub resumed_after_uvm_load: bool,
+    /// Bytes of older log left out: only the newest
+    /// [`KERNEL_LOG_LIMIT`](crate::doctor::input::KERNEL_LOG_LIMIT) are read (0 when the
+    /// log was read whole).
+    #[serde(default)]
+    pub dropped_bytes: u64,
 }
 
 /// `libcuda` a CUDA process has mapped.

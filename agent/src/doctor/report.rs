@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 use super::facts::{Evidence, Fact, Observations};
 use super::finding::{Finding, Severity};
+use super::input::{clip, KERNEL_LOG_LIMIT};
 use super::observed::ObservationsSource;
 use super::rules::no_driver;
 
@@ -40,27 +41,37 @@ pub struct Report<'a> {
     pub observations: &'a Observations,
     /// Where they came from.
     pub source: &'a ObservationsSource,
+    /// The snapshot's own files that could not be used (`bundle::snapshot_problems`:
+    /// a malformed `manifest.json` or `dev/nodes.json`); empty for this machine.
+    pub snapshot_problems: &'a [String],
 }
 
 impl Report<'_> {
+    /// The diagnosis is incomplete: the snapshot's `observations.json` could not be used
+    /// ([`ObservationsSource::incomplete`]) or another of its files is malformed
+    /// ([`Report::snapshot_problems`]).
+    pub fn incomplete(&self) -> bool {
+        self.source.incomplete() || !self.snapshot_problems.is_empty()
+    }
+
     /// The process exit code: [`EXIT_CRITICAL`] with a critical finding; otherwise
-    /// [`EXIT_COULD_NOT_RUN`] (UNKNOWN) when the snapshot's `observations.json` could not be
-    /// used ([`ObservationsSource::incomplete`]); otherwise [`exit_code`] of the findings.
+    /// [`EXIT_COULD_NOT_RUN`] (UNKNOWN) when the diagnosis is incomplete
+    /// ([`Report::incomplete`]); otherwise [`exit_code`] of the findings.
     pub fn exit_code(&self) -> u8 {
         match exit_code(self.findings) {
             EXIT_CRITICAL => EXIT_CRITICAL,
-            _ if self.source.incomplete() => EXIT_COULD_NOT_RUN,
+            _ if self.incomplete() => EXIT_COULD_NOT_RUN,
             code => code,
         }
     }
 
     /// The `status` of the JSON document: `critical` with a critical finding; otherwise
-    /// `unknown` when the snapshot's `observations.json` could not be used; otherwise
+    /// `unknown` when the diagnosis is incomplete ([`Report::incomplete`]); otherwise
     /// [`status`] of the findings.
     pub fn status(&self) -> &'static str {
         match worst(self.findings) {
             Some(Severity::Critical) => Severity::Critical.as_str(),
-            _ if self.source.incomplete() => "unknown",
+            _ if self.incomplete() => "unknown",
             _ => status(self.findings, self.evidence),
         }
     }
@@ -119,6 +130,7 @@ pub fn render_json(r: &Report) -> Value {
         "evidence": to_value(r.evidence),
         "observations": to_value(r.observations),
         "observations_source": source,
+        "snapshot_problems": r.snapshot_problems,
     })
 }
 
@@ -189,11 +201,34 @@ pub fn render_text(r: &Report, color: bool) -> String {
         counts.join(", ")
     );
     let _ = writeln!(out, "  {}", r.observations_line());
+    render_snapshot_problems(&mut out, r);
     for f in findings {
         out.push('\n');
         render_finding(&mut out, f, &p);
     }
     out
+}
+
+/// Longest value (evidence, reason, fix step) the text report prints whole; longer ones
+/// are cut ([`clip`], which also escapes control characters: no input reaches the terminal
+/// raw).
+const TEXT_VALUE_MAX_CHARS: usize = 1000;
+
+/// A value for the text report ([`TEXT_VALUE_MAX_CHARS`]).
+fn shown(value: &str) -> String {
+    clip(value, TEXT_VALUE_MAX_CHARS)
+}
+
+/// The snapshot files that could not be used, under the convention of the report's other
+/// gaps (`could not check: ...`).
+fn render_snapshot_problems(out: &mut String, r: &Report) {
+    if r.snapshot_problems.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "  could not use the snapshot's own files:");
+    for problem in r.snapshot_problems {
+        let _ = writeln!(out, "    - {}", shown(problem));
+    }
 }
 
 fn render_finding(out: &mut String, f: &Finding, p: &Paint) {
@@ -221,15 +256,15 @@ fn render_finding(out: &mut String, f: &Finding, p: &Paint) {
                 out,
                 "    {:<width$}  {}  {}",
                 i.what,
-                i.value,
-                p.dim(&format!("[{}]", i.source))
+                shown(&i.value),
+                p.dim(&format!("[{}]", shown(&i.source)))
             );
         }
     }
     if !f.unchecked.is_empty() {
         let _ = writeln!(out, "  could not check:");
         for u in &f.unchecked {
-            let _ = writeln!(out, "    - {u}");
+            let _ = writeln!(out, "    - {}", shown(u));
         }
     }
     if !f.fix.is_empty() {
@@ -240,10 +275,10 @@ fn render_finding(out: &mut String, f: &Finding, p: &Paint) {
                 "    {}. {} {}",
                 n + 1,
                 p.bold(&format!("[{}]", s.where_.as_str())),
-                s.note
+                shown(&s.note)
             );
             for c in &s.commands {
-                let _ = writeln!(out, "         $ {c}");
+                let _ = writeln!(out, "         $ {}", shown(c));
             }
         }
     }
@@ -252,7 +287,7 @@ fn render_finding(out: &mut String, f: &Finding, p: &Paint) {
 
 fn render_healthy(out: &mut String, r: &Report, p: &Paint) {
     let e = r.evidence;
-    if r.source.incomplete() {
+    if r.incomplete() {
         let _ = writeln!(
             out,
             "uvmwatch doctor: {}: no known cause found in the static facts; the diagnosis is \
@@ -273,12 +308,13 @@ fn render_healthy(out: &mut String, r: &Report, p: &Paint) {
         );
     }
     let _ = writeln!(out, "  {}", r.observations_line());
+    render_snapshot_problems(out, r);
     if let Some(d) = e.driver.get() {
         let flavor = if d.open_module { "open" } else { "proprietary" };
         let _ = writeln!(
             out,
             "  driver: {} ({flavor} kernel module)  {}",
-            d.version,
+            shown(&d.version),
             p.dim(&format!("[{}]", e.driver.source))
         );
     }
@@ -286,12 +322,13 @@ fn render_healthy(out: &mut String, r: &Report, p: &Paint) {
     if !missing.is_empty() {
         let _ = writeln!(out, "  could not check:");
         for m in missing {
-            let _ = writeln!(out, "    - {m}");
+            let _ = writeln!(out, "    - {}", shown(&m));
         }
     }
 }
 
-/// Every fact that could not be read, as "what: why (source)".
+/// Every fact that could not be read, as "what: why (source)", and a kernel log read only
+/// in part.
 fn unavailable_facts(e: &Evidence) -> Vec<String> {
     fn one<T>(out: &mut Vec<String>, f: &Fact<T>, what: &str) {
         if let Err(u) = &f.value {
@@ -315,6 +352,12 @@ fn unavailable_facts(e: &Evidence) -> Vec<String> {
     one(&mut out, &e.kernel_log, "kernel log");
     one(&mut out, &e.daemons, "daemons");
     one(&mut out, &e.libcuda, "mapped libcuda");
+    if let Some(log) = e.kernel_log.get().filter(|l| l.dropped_bytes > 0) {
+        out.push(format!(
+            "kernel log: only its newest {} bytes were read ({} older bytes left out) ({})",
+            KERNEL_LOG_LIMIT.bytes, log.dropped_bytes, e.kernel_log.source
+        ));
+    }
     out
 }
 
@@ -335,6 +378,7 @@ mod tests {
                 evidence: e,
                 observations: &plain(),
                 source: &src,
+                snapshot_problems: &[],
             },
             color,
         )
@@ -353,6 +397,7 @@ mod tests {
             evidence: e,
             observations: o,
             source: &src,
+            snapshot_problems: &[],
         })
     }
 
@@ -542,6 +587,7 @@ mod tests {
             evidence: e,
             observations: o,
             source: src,
+            snapshot_problems: &[],
         }
     }
 

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::decode::layouts::{DriverVersion, ParseVersionError};
+use crate::doctor::input::quote;
 
 /// Where the nvidia module says its version.
 pub const VERSION_PATH: &str = "/proc/driver/nvidia/version";
@@ -46,7 +47,10 @@ impl DriverInfo {
 pub fn parse_driver_version(text: &str) -> Result<DriverInfo, String> {
     let line = text.lines().next().unwrap_or("").trim_end();
     if !line.starts_with("NVRM version:") {
-        return Err(format!("first line is not `NVRM version: ...`: {line:?}"));
+        return Err(format!(
+            "first line is not `NVRM version: ...`: {}",
+            quote(line)
+        ));
     }
     let version = line
         .split_whitespace()
@@ -56,7 +60,7 @@ pub fn parse_driver_version(text: &str) -> Result<DriverInfo, String> {
                 && !w.ends_with('.')
                 && w.chars().all(|c| c.is_ascii_digit() || c == '.')
         })
-        .ok_or_else(|| format!("no version number in {line:?}"))?;
+        .ok_or_else(|| format!("no version number in {}", quote(line)))?;
     Ok(DriverInfo {
         version: version.to_string(),
         open_module: line.contains("Open Kernel Module"),

@@ -2,9 +2,10 @@
 //! `/proc/iomem`.
 
 use std::collections::BTreeMap;
-use std::io::{self, Read};
+use std::io;
 
 use super::super::facts::{Fact, KernelInfo};
+use super::super::input::{self, quote};
 use super::super::root::Root;
 use super::{parse_fact, read_fact, FactExt};
 
@@ -34,9 +35,6 @@ pub const KERNEL_CONFIG_KEYS: [&str; 6] = [
     "CONFIG_ZONE_DEVICE",
 ];
 
-/// Biggest decompressed `/proc/config.gz` accepted (real ones are about 300 KiB).
-const MAX_CONFIG_BYTES: u64 = 16 * 1024 * 1024;
-
 /// `/proc/sys/kernel/osrelease` ([`parse_kernel_release`]).
 pub(super) fn collect_kernel(root: &Root) -> Fact<KernelInfo> {
     let text = read_fact(root.read_to_string(OSRELEASE_PATH), OSRELEASE_PATH, None);
@@ -52,7 +50,10 @@ pub(super) fn collect_kernel_config(
     let gz_err = match root.read_bytes(CONFIG_GZ_PATH) {
         Ok(bytes) => match gunzip(&bytes) {
             Ok(text) => return Fact::ok(parse_kernel_config(&text), CONFIG_GZ_PATH),
-            Err(err) => Err(format!("{CONFIG_GZ_PATH}: malformed: {err}")),
+            Err(err) => Err(match input::verdict(&err) {
+                Some(verdict) => format!("{CONFIG_GZ_PATH}: {verdict}"),
+                None => format!("{CONFIG_GZ_PATH}: malformed: {err}"),
+            }),
         },
         Err(err) => Ok(err),
     };
@@ -86,12 +87,13 @@ pub(super) fn collect_kernel_config(
     }
 }
 
+/// `/proc/config.gz` decompressed, at most [`KERNEL_CONFIG_LIMIT`].
 fn gunzip(bytes: &[u8]) -> io::Result<String> {
-    let mut text = String::new();
-    flate2::read::MultiGzDecoder::new(bytes)
-        .take(MAX_CONFIG_BYTES)
-        .read_to_string(&mut text)?;
-    Ok(text)
+    let read = input::read_stream_limited(
+        flate2::read::MultiGzDecoder::new(bytes),
+        input::KERNEL_CONFIG_LIMIT,
+    )?;
+    String::from_utf8(read.bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 /// `/proc/cmdline`, without its trailing newline or NUL.
@@ -138,7 +140,7 @@ pub fn parse_kernel_release(text: &str) -> Result<KernelInfo, String> {
             release: release.to_string(),
             version: (major, minor),
         }),
-        _ => Err(format!("no major.minor version in {release:?}")),
+        _ => Err(format!("no major.minor version in {}", quote(release))),
     }
 }
 

@@ -3,15 +3,25 @@
 //! code.
 
 use super::super::facts::{Fact, KernelLog};
+use super::super::input::clip;
 use super::super::root::Root;
 
-/// Most `nvidia_lines` kept from the kernel log (the last ones).
+/// Most `nvidia_lines` kept from the kernel log (the last ones); also the most
+/// `adapter_init_failed`, `hmm_errors` and `driver_hangs` lines.
 pub const MAX_NVIDIA_LINES: usize = 200;
+
+/// Longest kernel-log line kept whole (the kernel's records are at most 1 KiB of text);
+/// a longer one is cut ([`clip`]).
+pub const MAX_KEPT_LINE_BYTES: usize = 1024;
 
 /// The kernel log through [`Root::kernel_log`], parsed ([`parse_kernel_log`]).
 pub(super) fn collect_kernel_log(root: &Root) -> Fact<KernelLog> {
     match root.kernel_log() {
-        Ok((text, source)) => Fact::ok(parse_kernel_log(&text), source),
+        Ok(log) => {
+            let mut parsed = parse_kernel_log(&log.text);
+            parsed.dropped_bytes = log.dropped_bytes;
+            Fact::ok(parsed, log.source)
+        }
         Err(err) => Fact::unavailable(err.to_string(), "/dev/kmsg, dmesg"),
     }
 }
@@ -96,8 +106,17 @@ const MAX_REPORT_LINES: usize = 120;
 /// - `resumed_after_uvm_load`: a `PM: suspend exit`, `PM: hibernation: hibernation exit` or
 ///   `ACPI: PM: Waking up` line after the last `nvidia-uvm: Loaded the UVM driver` line.
 ///
-/// Lines are kept as they were read (with their timestamps).
+/// Lines are kept as they were read (with their timestamps), a line longer than
+/// [`MAX_KEPT_LINE_BYTES`] cut by [`clip`]; of `adapter_init_failed`, `hmm_errors` and
+/// `driver_hangs` the last [`MAX_NVIDIA_LINES`] are kept.
 pub fn parse_kernel_log(text: &str) -> KernelLog {
+    let keep = |line: &str| {
+        if line.len() <= MAX_KEPT_LINE_BYTES {
+            line.to_string()
+        } else {
+            clip(line, MAX_KEPT_LINE_BYTES)
+        }
+    };
     let lines: Vec<&str> = text.lines().map(str::trim_end).collect();
     let mut log = KernelLog::default();
     let mut last_load = None;
@@ -105,22 +124,22 @@ pub fn parse_kernel_log(text: &str) -> KernelLog {
     for (i, line) in lines.iter().enumerate() {
         let msg = kernel_message(line);
         if msg.starts_with("NVRM:") || msg.contains("nvidia-uvm:") || msg.contains("nvidia:") {
-            log.nvidia_lines.push(line.to_string());
+            log.nvidia_lines.push(keep(line));
         }
         if let Some(xid) = parse_xid(msg) {
             log.xids.push(xid);
         }
         if msg.contains("API mismatch") {
-            log.api_mismatch = Some(line.to_string());
+            log.api_mismatch = Some(keep(line));
         }
         if msg.contains("RmInitAdapter failed") || msg.contains("rm_init_adapter failed") {
-            log.adapter_init_failed.push(line.to_string());
+            log.adapter_init_failed.push(keep(line));
         }
         if log.adapter_causes.len() < MAX_ADAPTER_CAUSE_LINES && adapter_cause(msg).is_some() {
-            log.adapter_causes.push(line.to_string());
+            log.adapter_causes.push(keep(line));
         }
         if msg.contains("request_free_mem_region() err") {
-            log.hmm_errors.push(line.to_string());
+            log.hmm_errors.push(keep(line));
         }
         if msg.contains("nvidia-uvm: Loaded the UVM driver") {
             last_load = Some(i);
@@ -132,13 +151,24 @@ pub fn parse_kernel_log(text: &str) -> KernelLog {
             last_resume = Some(i);
         }
     }
-    if log.nvidia_lines.len() > MAX_NVIDIA_LINES {
-        log.nvidia_lines
-            .drain(..log.nvidia_lines.len() - MAX_NVIDIA_LINES);
+    for kept in [
+        &mut log.nvidia_lines,
+        &mut log.adapter_init_failed,
+        &mut log.hmm_errors,
+    ] {
+        keep_last(kept, MAX_NVIDIA_LINES);
     }
     log.resumed_after_uvm_load = matches!((last_load, last_resume), (Some(l), Some(r)) if r > l);
-    log.driver_hangs = hang_reports(&lines);
+    log.driver_hangs = hang_reports(&lines).iter().map(|l| keep(l)).collect();
+    keep_last(&mut log.driver_hangs, MAX_NVIDIA_LINES);
     log
+}
+
+/// Drops all but the last `max` of `lines`.
+fn keep_last(lines: &mut Vec<String>, max: usize) {
+    if lines.len() > max {
+        lines.drain(..lines.len() - max);
+    }
 }
 
 /// The message of a kernel log line: without a leading `[...]` timestamp (`dmesg`,

@@ -24,6 +24,7 @@ pub mod smi;
 use std::io;
 
 use super::facts::{Evidence, Fact};
+use super::input;
 use super::root::Root;
 
 /// Reads every source through `root` and returns the evidence. Never panics and never
@@ -82,8 +83,13 @@ pub(super) fn read_fact<T>(res: io::Result<T>, source: &str, absent: Option<&str
 }
 
 /// Why a read failed: `not present: <absent>` for a missing file when `absent` explains it,
-/// else `not readable: <error>`.
+/// `too large (N bytes, limit L)` or `malformed: the snapshot's <file>: ...` for an input
+/// refused by its limit or a malformed snapshot file ([`input::verdict`]), else
+/// `not readable: <error>`.
 pub(super) fn why_unreadable(err: &io::Error, absent: Option<&str>) -> String {
+    if let Some(verdict) = input::verdict(err) {
+        return verdict;
+    }
     match absent {
         Some(absent) if err.kind() == io::ErrorKind::NotFound => format!("not present: {absent}"),
         _ => format!("not readable: {err}"),

@@ -3,8 +3,9 @@
 use std::collections::BTreeMap;
 
 use super::super::facts::Fact;
+use super::super::input::quote;
 use super::super::root::Root;
-use super::{read_fact, FactExt};
+use super::{parse_fact, read_fact, FactExt};
 
 /// `/proc/modules` (`kernel/module/procfs.c`).
 pub const MODULES_PATH: &str = "/proc/modules";
@@ -24,7 +25,10 @@ pub(super) fn collect_modules(root: &Root) -> Fact<Vec<String>> {
 
 /// `/proc/devices`: the nvidia character majors ([`parse_devices`]).
 pub(super) fn collect_devices(root: &Root) -> Fact<BTreeMap<String, u32>> {
-    read_fact(root.read_to_string(DEVICES_PATH), DEVICES_PATH, None).map_ok(|t| parse_devices(&t))
+    parse_fact(
+        read_fact(root.read_to_string(DEVICES_PATH), DEVICES_PATH, None),
+        parse_devices,
+    )
 }
 
 /// Names of the modules in `/proc/modules` (`name size refcount deps state address`) that
@@ -40,27 +44,39 @@ pub fn parse_modules(text: &str) -> Vec<String> {
 
 /// Majors by name from the `Character devices:` section of `/proc/devices`, for names
 /// starting with `nvidia` (`nvidia-frontend` 195, `nvidia-uvm` (dynamic), `nvidia-nvswitch`,
-/// `nvidia-caps`, ...). The `Block devices:` section is ignored.
-pub fn parse_devices(text: &str) -> BTreeMap<String, u32> {
+/// `nvidia-caps`, ...). The `Block devices:` section is ignored. Empty text (no character
+/// device registered at all) gives an empty map.
+///
+/// Errors: a non-empty line before the first section header, or one that is not
+/// `<major> <name>` (the kernel's `"%3d %s\n"`), named by its line number and quoted.
+pub fn parse_devices(text: &str) -> Result<BTreeMap<String, u32>, String> {
     let mut out = BTreeMap::new();
-    let mut in_char = false;
-    for line in text.lines() {
-        let line = line.trim();
+    let mut in_char = None;
+    for (n, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if line.is_empty() {
+            continue;
+        }
         if line.ends_with("devices:") {
-            in_char = line == "Character devices:";
+            in_char = Some(line == "Character devices:");
             continue;
         }
-        if !in_char {
-            continue;
-        }
-        if let Some((major, name)) = line.split_once(char::is_whitespace) {
-            let name = name.trim();
-            if let (Ok(major), true) = (major.parse::<u32>(), name.starts_with("nvidia")) {
-                out.insert(name.to_string(), major);
-            }
+        let entry = line
+            .split_once(char::is_whitespace)
+            .and_then(|(major, name)| Some((major.parse::<u32>().ok()?, name.trim())))
+            .filter(|(_, name)| !name.is_empty() && in_char.is_some());
+        let Some((major, name)) = entry else {
+            return Err(format!(
+                "line {} is not `<major> <name>` under a `... devices:` header: {}",
+                n + 1,
+                quote(raw)
+            ));
+        };
+        if in_char == Some(true) && name.starts_with("nvidia") {
+            out.insert(name.to_string(), major);
         }
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -79,10 +95,30 @@ mod tests {
 
         let devices = parse_devices(
             "Character devices:\n  1 mem\n195 nvidia-frontend\n234 nvidia-nvswitch\n235 nvidia-caps\n508 nvidia-uvm\n509 nvidia-nvlink\n\nBlock devices:\n  8 sd\n259 nvidia-fake-block\n",
-        );
+        )
+        .unwrap();
         assert_eq!(devices.len(), 5);
         assert_eq!(devices["nvidia-uvm"], 508);
         assert_eq!(devices["nvidia-frontend"], 195);
         assert!(!devices.contains_key("nvidia-fake-block"));
+        assert_eq!(parse_devices(""), Ok(BTreeMap::new()));
+
+        // Lines that are not `<major> <name>` are reported, quoted, never dropped.
+        for (text, line) in [
+            (
+                "Character devices:\n195 nvidia-frontend\nxyz nvidia-uvm\n",
+                3,
+            ),
+            ("Character devices:\n195\n", 2),
+            ("508 nvidia-uvm\n", 1),
+            ("Character devices:\n\x1b[2J\x00 binary\n", 2),
+        ] {
+            let err = parse_devices(text).unwrap_err();
+            assert!(
+                err.starts_with(&format!("line {line} is not `<major> <name>`")),
+                "{err}"
+            );
+            assert!(!err.chars().any(|c| c.is_control()), "{err:?}");
+        }
     }
 }

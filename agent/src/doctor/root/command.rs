@@ -11,6 +11,10 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::doctor::input::{
+    clip, into_text, read_stream_limited, LimitedRead, Overflow, ReadLimit,
+};
+
 /// How long [`Root::command`](super::Root::command) lets a live command run before killing it (10 s). A hung
 /// driver makes `nvidia-smi` block; the doctor must still finish.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -115,11 +119,21 @@ pub(super) fn command_line(name: &str, args: &[&str]) -> String {
 /// Most output kept of a failed command, in characters.
 const FAILED_OUTPUT_CHARS: usize = 2000;
 
+/// Most of a command's standard error kept (the newest part): only its start is shown.
+const STDERR_LIMIT: ReadLimit = ReadLimit {
+    bytes: 64 * 1024,
+    overflow: Overflow::KeepNewest,
+};
+
+/// Runs `name args...` for at most `timeout`, its standard output read with `limit`.
+/// Returns the output and how many bytes of it were left out at its start (only with
+/// [`Overflow::KeepNewest`]).
 pub(super) fn run_command(
     name: &str,
     args: &[&str],
     timeout: Duration,
-) -> Result<String, CommandError> {
+    limit: ReadLimit,
+) -> Result<(String, u64), CommandError> {
     let line = command_line(name, args);
     let mut child = Command::new(name)
         .args(args)
@@ -144,8 +158,8 @@ pub(super) fn run_command(
                 }
             }
         })?;
-    let stdout = drain(child.stdout.take());
-    let stderr = drain(child.stderr.take());
+    let stdout = drain(child.stdout.take(), limit);
+    let stderr = drain(child.stderr.take(), STDERR_LIMIT);
     let deadline = Instant::now() + timeout;
     let status = loop {
         match child.try_wait() {
@@ -170,15 +184,24 @@ pub(super) fn run_command(
         }
     };
     // The pipes close when the command exits (unless it left a child holding them).
-    let out = stdout
-        .recv_timeout(Duration::from_secs(1))
-        .unwrap_or_default();
-    let err = stderr
-        .recv_timeout(Duration::from_secs(1))
-        .unwrap_or_default();
-    let out = String::from_utf8_lossy(&out).into_owned();
+    let out = match stdout.recv_timeout(Duration::from_secs(1)) {
+        Ok(Ok(read)) => read,
+        Ok(Err(err)) => {
+            return Err(CommandError::Io {
+                command: line,
+                error: err.to_string(),
+            })
+        }
+        Err(_) => LimitedRead::default(),
+    };
+    let err = match stderr.recv_timeout(Duration::from_secs(1)) {
+        Ok(Ok(read)) => read.bytes,
+        _ => Vec::new(),
+    };
+    let dropped = out.dropped;
+    let out = into_text(out.bytes);
     if status.success() {
-        return Ok(out);
+        return Ok((out, dropped));
     }
     let status_text = match (
         status.code(),
@@ -190,7 +213,7 @@ pub(super) fn run_command(
     };
     let mut output = out;
     output.push_str(&String::from_utf8_lossy(&err));
-    let output: String = output.trim().chars().take(FAILED_OUTPUT_CHARS).collect();
+    let output = clip(output.trim(), FAILED_OUTPUT_CHARS);
     Err(CommandError::Failed {
         command: line,
         status: status_text,
@@ -208,17 +231,18 @@ fn on_path(name: &str) -> bool {
         .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(name).is_file()))
 }
 
-/// Reads a pipe to its end on a helper thread.
-fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> mpsc::Receiver<Vec<u8>> {
+/// Reads a pipe to its end on a helper thread, keeping what `limit` allows.
+fn drain<R: Read + Send + 'static>(
+    pipe: Option<R>,
+    limit: ReadLimit,
+) -> mpsc::Receiver<io::Result<LimitedRead>> {
     let (tx, rx) = mpsc::channel();
-    if let Some(mut pipe) = pipe {
+    if let Some(pipe) = pipe {
         thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = pipe.read_to_end(&mut buf);
-            let _ = tx.send(buf);
+            let _ = tx.send(read_stream_limited(pipe, limit));
         });
     } else {
-        let _ = tx.send(Vec::new());
+        let _ = tx.send(Ok(LimitedRead::default()));
     }
     rx
 }
@@ -253,8 +277,27 @@ mod tests {
             .command("sh", &["-c", "head -c 300000 /dev/zero | tr '\\0' x"])
             .unwrap();
         assert_eq!(big.len(), 300_000);
+        // Past its limit an output is refused, or only its newest lines are kept.
+        let refuse = ReadLimit {
+            bytes: 1000,
+            overflow: Overflow::Refuse,
+        };
+        let seq = ["-c", "seq 1 100000"];
+        let err = run_command("sh", &seq, COMMAND_TIMEOUT, refuse).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "not readable: `sh -c seq 1 100000`: too large (over 1000 bytes, the limit)"
+        );
+        let newest = ReadLimit {
+            bytes: 14,
+            overflow: Overflow::KeepNewest,
+        };
+        let (text, dropped) = run_command("sh", &seq, COMMAND_TIMEOUT, newest).unwrap();
+        assert_eq!(text, "99999\n100000\n");
+        assert_eq!(dropped, 588_895 - 13);
         let started = Instant::now();
-        let err = run_command("sleep", &["30"], Duration::from_millis(200)).unwrap_err();
+        let limit = crate::doctor::input::COMMAND_OUTPUT_LIMIT;
+        let err = run_command("sleep", &["30"], Duration::from_millis(200), limit).unwrap_err();
         assert!(matches!(err, CommandError::TimedOut { .. }), "{err:?}");
         assert!(started.elapsed() < Duration::from_secs(5));
     }

@@ -5,44 +5,70 @@ use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
+use crate::doctor::input::{into_text, read_stream_limited, KERNEL_LOG_LIMIT};
+
 /// Largest `/dev/kmsg` record (the kernel's `CONSOLE_EXT_LOG_MAX` is 8 KiB).
 const KMSG_RECORD_MAX: usize = 16 * 1024;
-/// Most bytes of kernel log kept (the ring buffer is at most 32 MiB; guards a flood).
-const KMSG_MAX_BYTES: usize = 64 * 1024 * 1024;
 
 /// Reads every record left in the kernel log device at `path` (`/dev/kmsg` of the live
 /// machine, below its host root) without blocking (`EAGAIN` ends the read; `EPIPE`,
-/// a record overwritten while reading, is skipped). Format: `Documentation/ABI/testing/
-/// dev-kmsg` of the kernel.
-pub(super) fn read_kmsg(path: &Path) -> io::Result<String> {
-    let mut file = fs::OpenOptions::new()
+/// a record overwritten while reading, is skipped), keeping the newest
+/// [`KERNEL_LOG_LIMIT`] of text. Returns the text and the bytes of older text left out.
+/// Format: `Documentation/ABI/testing/dev-kmsg` of the kernel.
+pub(super) fn read_kmsg(path: &Path) -> io::Result<(String, u64)> {
+    let file = fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)?;
-    let mut buf = vec![0u8; KMSG_RECORD_MAX];
-    let mut out = String::new();
-    let mut records = 0usize;
-    loop {
-        match file.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                records += 1;
-                if let Some(line) = format_kmsg_record(&buf[..n]) {
-                    out.push_str(&line);
-                    out.push('\n');
+    let read = read_stream_limited(
+        KmsgText {
+            file,
+            record: vec![0u8; KMSG_RECORD_MAX],
+            pending: Vec::new(),
+            at: 0,
+            records: 0,
+        },
+        KERNEL_LOG_LIMIT,
+    )?;
+    Ok((into_text(read.bytes), read.dropped))
+}
+
+/// The records of `/dev/kmsg` as a stream of `dmesg` lines ([`format_kmsg_record`]); ends
+/// when no record is left.
+struct KmsgText {
+    file: fs::File,
+    record: Vec<u8>,
+    /// The formatted line being handed out, from `at`.
+    pending: Vec<u8>,
+    at: usize,
+    records: usize,
+}
+
+impl Read for KmsgText {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        while self.at == self.pending.len() {
+            match self.file.read(&mut self.record) {
+                Ok(0) => return Ok(0),
+                Ok(n) => {
+                    self.records += 1;
+                    if let Some(line) = format_kmsg_record(&self.record[..n]) {
+                        self.pending = line.into_bytes();
+                        self.pending.push(b'\n');
+                        self.at = 0;
+                    }
                 }
-                if out.len() > KMSG_MAX_BYTES {
-                    break;
-                }
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => return Ok(0),
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+                Err(err) if err.raw_os_error() == Some(libc::EPIPE) => continue,
+                Err(err) if self.records == 0 => return Err(err),
+                Err(_) => return Ok(0),
             }
-            Err(err) if err.kind() == io::ErrorKind::WouldBlock => break,
-            Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
-            Err(err) if err.raw_os_error() == Some(libc::EPIPE) => continue,
-            Err(err) if records == 0 => return Err(err),
-            Err(_) => break,
         }
+        let n = out.len().min(self.pending.len() - self.at);
+        out[..n].copy_from_slice(&self.pending[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
     }
-    Ok(out)
 }
 
 /// One `/dev/kmsg` record (`prio,seq,usec,flags[,...];message\n` followed by optional

@@ -11,7 +11,8 @@ use std::time::Duration;
 use super::command::{run_command, CommandError, COMMAND_TIMEOUT};
 use super::kmsg::read_kmsg;
 use super::snapshot::KERNEL_LOG_NAME;
-use super::{errno_name, join_below, NodeMeta};
+use super::{errno_name, join_below, CapturedText, NodeMeta};
+use crate::doctor::input::{limit_for, read_file_limited, COMMAND_OUTPUT_LIMIT, KERNEL_LOG_LIMIT};
 
 /// How long [`Root::open_device`](super::Root::open_device) waits for a live `open(2)` of a device node (5 s). Opening
 /// `/dev/nvidiaN` without persistence mode initialises the GPU, which can take seconds, and a
@@ -47,7 +48,7 @@ impl Live {
     }
 
     pub(super) fn read_bytes(&self, path: &str) -> io::Result<Vec<u8>> {
-        fs::read(self.path(path))
+        read_file_limited(&self.path(path), limit_for(path)).map(|read| read.bytes)
     }
 
     pub(super) fn read_dir(&self, path: &str) -> io::Result<Vec<String>> {
@@ -79,20 +80,30 @@ impl Live {
     }
 
     pub(super) fn command(&self, name: &str, args: &[&str]) -> Result<String, CommandError> {
-        run_command(name, args, COMMAND_TIMEOUT)
+        run_command(name, args, COMMAND_TIMEOUT, COMMAND_OUTPUT_LIMIT).map(|(text, _)| text)
     }
 
     /// `<prefix>/dev/kmsg`, else the `dmesg` command.
-    pub(super) fn kernel_log(&self) -> Result<(String, String), CommandError> {
+    pub(super) fn kernel_log(&self) -> Result<CapturedText, CommandError> {
         match read_kmsg(&self.path("/dev/kmsg")) {
-            Ok(text) => Ok((text, "/dev/kmsg".to_string())),
-            Err(kmsg_err) => match run_command(KERNEL_LOG_NAME, &[], COMMAND_TIMEOUT) {
-                Ok(text) => Ok((text, KERNEL_LOG_NAME.to_string())),
-                Err(dmesg_err) => Err(CommandError::Io {
-                    command: KERNEL_LOG_NAME.to_string(),
-                    error: format!("/dev/kmsg: {kmsg_err}; dmesg: {dmesg_err}"),
-                }),
-            },
+            Ok((text, dropped_bytes)) => Ok(CapturedText {
+                text,
+                source: "/dev/kmsg".to_string(),
+                dropped_bytes,
+            }),
+            Err(kmsg_err) => {
+                match run_command(KERNEL_LOG_NAME, &[], COMMAND_TIMEOUT, KERNEL_LOG_LIMIT) {
+                    Ok((text, dropped_bytes)) => Ok(CapturedText {
+                        text,
+                        source: KERNEL_LOG_NAME.to_string(),
+                        dropped_bytes,
+                    }),
+                    Err(dmesg_err) => Err(CommandError::Io {
+                        command: KERNEL_LOG_NAME.to_string(),
+                        error: format!("/dev/kmsg: {kmsg_err}; dmesg: {dmesg_err}"),
+                    }),
+                }
+            }
         }
     }
 }
@@ -160,10 +171,10 @@ mod tests {
     #[test]
     fn live_kernel_log() {
         match Root::live(None).kernel_log() {
-            Ok((text, source)) => {
-                assert!(source == "/dev/kmsg" || source == "dmesg");
-                if source == "/dev/kmsg" {
-                    assert!(text.lines().all(|l| l.starts_with('[')), "{text}");
+            Ok(log) => {
+                assert!(log.source == "/dev/kmsg" || log.source == "dmesg");
+                if log.source == "/dev/kmsg" {
+                    assert!(log.text.lines().all(|l| l.starts_with('[')), "{}", log.text);
                 }
             }
             // Unprivileged and without dmesg: both reasons are given.

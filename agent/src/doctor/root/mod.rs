@@ -168,11 +168,13 @@ impl Root {
         }
     }
 
-    /// Contents of the file at absolute `path`.
+    /// Contents of the file at absolute `path`, at most its limit
+    /// ([`input::limit_for`](crate::doctor::input::limit_for)).
     ///
     /// Errors: as `read(2)` on the diagnosed machine: `NotFound` when missing, the recorded
     /// error (same errno) for a snapshot of an unreadable file, `InvalidInput` for a path
-    /// that is not absolute or has `..` components in a snapshot.
+    /// that is not absolute or has `..` components in a snapshot;
+    /// [`TooLarge`](crate::doctor::input::TooLarge) past the limit.
     pub fn read_bytes(&self, path: &str) -> io::Result<Vec<u8>> {
         match self {
             Root::Live(live) => live.read_bytes(path),
@@ -189,8 +191,7 @@ impl Root {
     ///
     /// Errors: as [`Self::read_bytes`].
     pub fn read_to_string(&self, path: &str) -> io::Result<String> {
-        self.read_bytes(path)
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
+        self.read_bytes(path).map(crate::doctor::input::into_text)
     }
 
     /// The records of the file at `path` (split on `sep`, e.g. `b'\n'` for lines or `0` for
@@ -315,15 +316,16 @@ impl Root {
 
     /// Standard output of the command `name args...`. Live it runs with `LC_ALL=C`, no
     /// standard input and [`COMMAND_TIMEOUT`]; a snapshot reads `commands/<name>.txt` (one
-    /// capture per command name).
+    /// capture per command name). At most
+    /// [`COMMAND_OUTPUT_LIMIT`](crate::doctor::input::COMMAND_OUTPUT_LIMIT) is read.
     ///
     /// Errors: [`CommandError`]: not installed, timed out, non-zero exit (with its output),
-    /// or not captured in the snapshot.
+    /// output too large, or not captured in the snapshot.
     pub fn command(&self, name: &str, args: &[&str]) -> Result<String, CommandError> {
         let line = command_line(name, args);
         match self {
             Root::Live(live) => live.command(name, args),
-            Root::Snapshot(dir) => snapshot::command(dir, name, &line).map(|(text, _)| text),
+            Root::Snapshot(dir) => snapshot::command(dir, name, &line).map(|log| log.text),
             Root::Recorded(inner, rec) => {
                 let res = inner.command(name, args);
                 rec.command(name, args, &line, &res);
@@ -335,10 +337,12 @@ impl Root {
     /// The kernel log as `dmesg` prints it (`[seconds.micros] message` lines) and where it
     /// came from. Live: `/dev/kmsg` read without blocking until no record is left (needs
     /// root or `kernel.dmesg_restrict=0`), else the `dmesg` command. A snapshot reads
-    /// `commands/dmesg.txt`.
+    /// `commands/dmesg.txt`. Only the newest
+    /// [`KERNEL_LOG_LIMIT`](crate::doctor::input::KERNEL_LOG_LIMIT) are kept
+    /// ([`CapturedText::dropped_bytes`]).
     ///
     /// Errors: [`CommandError`]: both sources failed (both reasons given), or not captured.
-    pub fn kernel_log(&self) -> Result<(String, String), CommandError> {
+    pub fn kernel_log(&self) -> Result<CapturedText, CommandError> {
         match self {
             Root::Live(live) => live.kernel_log(),
             Root::Snapshot(dir) => snapshot::command(dir, KERNEL_LOG_NAME, KERNEL_LOG_NAME),
@@ -349,6 +353,19 @@ impl Root {
             }
         }
     }
+}
+
+/// The kernel log ([`Root::kernel_log`]) or a command's output as read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CapturedText {
+    /// The text; for the kernel log `[seconds.micros] message` lines, the newest ones when
+    /// the log was too long.
+    pub text: String,
+    /// Where it came from: `/dev/kmsg`, `dmesg`, or the source a snapshot names.
+    pub source: String,
+    /// Bytes of older text left out before `text` (0 when it was read whole; only the
+    /// kernel log keeps its newest part).
+    pub dropped_bytes: u64,
 }
 
 /// `base` joined with the normal components of `path` (`/`, `.` and `..` dropped), so that

@@ -9,7 +9,7 @@ use super::command::CommandError;
 use super::snapshot::{
     command_file, CommandEntry, NodeRecord, NodesFile, Op, ReadError, KERNEL_LOG_NAME,
 };
-use super::NodeMeta;
+use super::{CapturedText, NodeMeta};
 
 /// Everything a [`Recorder`] kept, ready to be written as a snapshot.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -196,18 +196,18 @@ impl Recorder {
 
     /// Keeps the kernel log (as `commands/dmesg.txt`, with the source it came from) or why
     /// it could not be read.
-    pub(super) fn kernel_log(&self, res: &Result<(String, String), CommandError>) {
+    pub(super) fn kernel_log(&self, res: &Result<CapturedText, CommandError>) {
         let mut r = self.lock();
         match res {
-            Ok((text, source)) => {
+            Ok(log) => {
                 let entry = CommandEntry {
                     name: KERNEL_LOG_NAME.to_string(),
                     args: Vec::new(),
-                    source: source.clone(),
+                    source: log.source.clone(),
                     file: command_file(KERNEL_LOG_NAME),
                 };
                 r.commands
-                    .insert(KERNEL_LOG_NAME.to_string(), (entry, text.clone()));
+                    .insert(KERNEL_LOG_NAME.to_string(), (entry, log.text.clone()));
             }
             Err(err) => {
                 r.command_errors

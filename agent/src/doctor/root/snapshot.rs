@@ -10,7 +10,11 @@ use std::path::{Component, Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::command::CommandError;
-use super::{FileKind, NodeMeta};
+use super::{CapturedText, FileKind, NodeMeta};
+use crate::doctor::input::{
+    self, limit_for, read_file_limited, COMMAND_OUTPUT_LIMIT, KERNEL_LOG_LIMIT,
+    SNAPSHOT_METADATA_LIMIT,
+};
 
 /// Name under which the kernel log is kept among the commands (`commands/dmesg.txt`).
 pub const KERNEL_LOG_NAME: &str = "dmesg";
@@ -232,7 +236,9 @@ pub fn command_file(name: &str) -> String {
 /// error recorded for it.
 pub(super) fn read_bytes(dir: &Path, path: &str) -> io::Result<Vec<u8>> {
     let local = snapshot_path(dir, path)?;
-    fs::read(local).map_err(|err| replay_error(dir, Op::Read, path, err))
+    read_file_limited(&local, limit_for(path))
+        .map(|read| read.bytes)
+        .map_err(|err| replay_error(dir, Op::Read, path, err))
 }
 
 /// [`Root::read_dir`](super::Root::read_dir) of a snapshot: the saved entries plus those of
@@ -258,7 +264,7 @@ pub(super) fn read_dir(dir: &Path, path: &str) -> io::Result<Vec<String>> {
         format!("{path}/")
     };
     let mut from_nodes = false;
-    for node in read_nodes(dir).nodes {
+    for node in read_nodes(dir)?.nodes {
         if let Some(rest) = node.path.strip_prefix(&prefix) {
             if let Some(first) = rest.split('/').next().filter(|s| !s.is_empty()) {
                 names.insert(first.to_string());
@@ -276,7 +282,7 @@ pub(super) fn read_dir(dir: &Path, path: &str) -> io::Result<Vec<String>> {
 /// [`Root::read_link`](super::Root::read_link) of a snapshot: the link recorded in the
 /// manifest, its recorded error, a link saved as such, or `EINVAL` for a saved file or node.
 pub(super) fn read_link(dir: &Path, path: &str) -> io::Result<String> {
-    let manifest = read_manifest(dir);
+    let manifest = read_manifest(dir)?;
     if let Some(target) = manifest.links.get(path) {
         return Ok(target.clone());
     }
@@ -289,7 +295,7 @@ pub(super) fn read_link(dir: &Path, path: &str) -> io::Result<String> {
             fs::read_link(&local).map(|t| t.to_string_lossy().into_owned())
         }
         Ok(_) => Err(io::Error::from_raw_os_error(libc::EINVAL)),
-        Err(_) if snapshot_node(dir, path).is_some() => {
+        Err(_) if snapshot_node(dir, path)?.is_some() => {
             Err(io::Error::from_raw_os_error(libc::EINVAL))
         }
         Err(err) => Err(err),
@@ -299,10 +305,10 @@ pub(super) fn read_link(dir: &Path, path: &str) -> io::Result<String> {
 /// [`Root::metadata`](super::Root::metadata) of a snapshot: the `dev/nodes.json` entry, its
 /// recorded error, else the saved file or directory itself.
 pub(super) fn metadata(dir: &Path, path: &str) -> io::Result<NodeMeta> {
-    if let Some(meta) = snapshot_node(dir, path).and_then(|n| n.meta()) {
+    if let Some(meta) = snapshot_node(dir, path)?.and_then(|n| n.meta()) {
         return Ok(meta);
     }
-    let manifest = read_manifest(dir);
+    let manifest = read_manifest(dir)?;
     if let Some(err) = find_error(&manifest, Op::Metadata, path) {
         return Err(err);
     }
@@ -314,40 +320,55 @@ pub(super) fn metadata(dir: &Path, path: &str) -> io::Result<NodeMeta> {
 }
 
 /// [`Root::open_device`](super::Root::open_device) of a snapshot: the open result recorded
-/// in `dev/nodes.json`, or `None` (not tried).
+/// in `dev/nodes.json`, or `None` (not tried, or `dev/nodes.json` is malformed: the
+/// listing of `/dev` says so).
 pub(super) fn open_device(dir: &Path, path: &str) -> Option<Result<(), String>> {
-    snapshot_node(dir, path).and_then(|n| n.open_result())
+    snapshot_node(dir, path)
+        .ok()
+        .flatten()
+        .and_then(|n| n.open_result())
 }
 
 /// [`Root::command`](super::Root::command) and [`Root::kernel_log`](super::Root::kernel_log)
-/// of a snapshot: `commands/<name>.txt` and the source the manifest names (else `line`), or
-/// the recorded error.
-pub(super) fn command(
-    dir: &Path,
-    name: &str,
-    line: &str,
-) -> Result<(String, String), CommandError> {
+/// of a snapshot: `commands/<name>.txt` (the kernel log with [`KERNEL_LOG_LIMIT`], a command
+/// with [`COMMAND_OUTPUT_LIMIT`]) and the source the manifest names (else `line`), or the
+/// recorded error.
+pub(super) fn command(dir: &Path, name: &str, line: &str) -> Result<CapturedText, CommandError> {
     let file = dir.join(command_file(name));
+    let limit = if name == KERNEL_LOG_NAME {
+        KERNEL_LOG_LIMIT
+    } else {
+        COMMAND_OUTPUT_LIMIT
+    };
+    let unreadable = |err: io::Error| CommandError::Io {
+        command: line.to_string(),
+        error: input::verdict(&err).unwrap_or_else(|| err.to_string()),
+    };
     let manifest = read_manifest(dir);
-    match fs::read(&file) {
-        Ok(bytes) => {
+    match read_file_limited(&file, limit) {
+        Ok(read) => {
+            // A malformed manifest loses only where the text came from: `line` stands in.
             let source = manifest
-                .commands
-                .iter()
-                .find(|c| c.name == name)
-                .map(|c| c.source.clone())
+                .ok()
+                .and_then(|m| m.commands.into_iter().find(|c| c.name == name))
+                .map(|c| c.source)
                 .unwrap_or_else(|| line.to_string());
-            Ok((String::from_utf8_lossy(&bytes).into_owned(), source))
+            Ok(CapturedText {
+                text: input::into_text(read.bytes),
+                source,
+                dropped_bytes: read.dropped,
+            })
         }
-        Err(_) => {
-            Err(manifest
-                .command_errors
-                .get(name)
-                .cloned()
-                .unwrap_or(CommandError::NotCaptured {
+        Err(err) if err.kind() != io::ErrorKind::NotFound => Err(unreadable(err)),
+        Err(_) => match manifest {
+            Ok(manifest) => Err(manifest.command_errors.get(name).cloned().unwrap_or(
+                CommandError::NotCaptured {
                     command: line.to_string(),
-                }))
-        }
+                },
+            )),
+            // Whether it failed or was never captured is in the manifest.
+            Err(err) => Err(unreadable(err)),
+        },
     }
 }
 
@@ -388,25 +409,40 @@ fn is_reserved(dir: &Path, local: &Path) -> bool {
         || rel.starts_with(COMMANDS_DIR)
 }
 
-/// The manifest of a snapshot; an empty one when it has none (a hand-made fixture) or it
-/// cannot be parsed.
-pub fn read_manifest(dir: &Path) -> Manifest {
-    fs::read(dir.join(MANIFEST_FILE))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default()
+/// The manifest of a snapshot; an empty one when it has none (a hand-made fixture).
+///
+/// Errors: [`Malformed`](input::Malformed) when it is there but cannot be read or parsed
+/// (or is larger than [`SNAPSHOT_METADATA_LIMIT`]): never read as empty.
+pub fn read_manifest(dir: &Path) -> io::Result<Manifest> {
+    read_metadata_file(dir, MANIFEST_FILE)
 }
 
-/// The `dev/nodes.json` of a snapshot; empty when it has none or it cannot be parsed.
-pub fn read_nodes(dir: &Path) -> NodesFile {
-    fs::read(dir.join(NODES_FILE))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default()
+/// The `dev/nodes.json` of a snapshot; empty when it has none.
+///
+/// Errors: [`Malformed`](input::Malformed), as [`read_manifest`].
+pub fn read_nodes(dir: &Path) -> io::Result<NodesFile> {
+    read_metadata_file(dir, NODES_FILE)
 }
 
-fn snapshot_node(dir: &Path, path: &str) -> Option<NodeRecord> {
-    read_nodes(dir).nodes.into_iter().find(|n| n.path == path)
+/// The JSON file `file` of the snapshot in `dir`: its default when missing, else parsed.
+fn read_metadata_file<T: serde::de::DeserializeOwned + Default>(
+    dir: &Path,
+    file: &str,
+) -> io::Result<T> {
+    let read = match read_file_limited(&dir.join(file), SNAPSHOT_METADATA_LIMIT) {
+        Ok(read) => read,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(T::default()),
+        Err(err) => {
+            let why = input::verdict(&err).unwrap_or_else(|| format!("cannot be read: {err}"));
+            return Err(input::malformed(file, why));
+        }
+    };
+    serde_json::from_slice(&read.bytes)
+        .map_err(|e| input::malformed(file, input::clip(format!("not valid: {e}"), 300)))
+}
+
+fn snapshot_node(dir: &Path, path: &str) -> io::Result<Option<NodeRecord>> {
+    Ok(read_nodes(dir)?.nodes.into_iter().find(|n| n.path == path))
 }
 
 fn find_error(manifest: &Manifest, op: Op, path: &str) -> Option<io::Error> {
@@ -423,7 +459,11 @@ fn replay_error(dir: &Path, op: Op, path: &str, err: io::Error) -> io::Error {
     if err.kind() != io::ErrorKind::NotFound {
         return err;
     }
-    find_error(&read_manifest(dir), op, path).unwrap_or(err)
+    match read_manifest(dir) {
+        Ok(manifest) => find_error(&manifest, op, path).unwrap_or(err),
+        // Whether the file was missing or unreadable is in the manifest.
+        Err(malformed) => malformed,
+    }
 }
 
 #[cfg(test)]
@@ -556,7 +596,66 @@ mod tests {
         );
         assert_eq!(
             root.kernel_log().unwrap(),
-            ("[    1.000000] x\n".to_string(), "dmesg".to_string())
+            CapturedText {
+                text: "[    1.000000] x\n".to_string(),
+                source: "dmesg".to_string(),
+                dropped_bytes: 0
+            }
         );
+    }
+
+    #[test]
+    fn malformed_metadata_files_are_never_read_as_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Root::Snapshot(dir.path().to_path_buf());
+        write(&dir.path().join("proc/cmdline"), b"ro\n");
+        write(&dir.path().join("commands/nvidia-smi.txt"), b"smi text");
+        write(&dir.path().join(NODES_FILE), b"\x00\xffnot json");
+        write(&dir.path().join(MANIFEST_FILE), b"{\"links\": 5}");
+        let nodes_why = "malformed: the snapshot's dev/nodes.json: not valid: expected value at line 1 column 1";
+        let verdict = |e: io::Error| input::verdict(&e).unwrap();
+        assert_eq!(verdict(root.read_dir("/dev").unwrap_err()), nodes_why);
+        assert_eq!(
+            verdict(root.metadata("/dev/nvidia0").unwrap_err()),
+            nodes_why
+        );
+        assert_eq!(root.open_device("/dev/nvidia0"), None);
+        let manifest_why = verdict(read_manifest(dir.path()).unwrap_err());
+        assert!(
+            manifest_why.starts_with(
+                "malformed: the snapshot's manifest.json: not valid: invalid type: integer `5`"
+            ),
+            "{manifest_why}"
+        );
+        // A file that is there reads as it is; one that is not cannot be told from one that
+        // failed, nor a link from a file.
+        assert_eq!(root.read_to_string("/proc/cmdline").unwrap(), "ro\n");
+        assert_eq!(
+            verdict(root.read_bytes("/proc/missing").unwrap_err()),
+            manifest_why
+        );
+        assert_eq!(
+            verdict(root.read_link("/proc/cmdline").unwrap_err()),
+            manifest_why
+        );
+        assert_eq!(root.command("nvidia-smi", &["-q"]).unwrap(), "smi text");
+        assert_eq!(
+            root.command("dmesg", &[]).unwrap_err().to_string(),
+            format!("not readable: `dmesg`: {manifest_why}")
+        );
+        // Too large is malformed too, with the sizes.
+        fs::File::create(dir.path().join(NODES_FILE))
+            .unwrap()
+            .set_len(1 << 30)
+            .unwrap();
+        assert_eq!(
+            verdict(read_nodes(dir.path()).unwrap_err()),
+            "malformed: the snapshot's dev/nodes.json: too large (1073741824 bytes, limit 16777216)"
+        );
+        // Absent is not malformed: a hand-made fixture needs neither file.
+        fs::remove_file(dir.path().join(NODES_FILE)).unwrap();
+        fs::remove_file(dir.path().join(MANIFEST_FILE)).unwrap();
+        assert_eq!(read_nodes(dir.path()).unwrap(), NodesFile::default());
+        assert_eq!(read_manifest(dir.path()).unwrap(), Manifest::default());
     }
 }
