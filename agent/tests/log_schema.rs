@@ -174,6 +174,8 @@ const TIMED: &[&str] = &[
     "uvmwatch_cuda_context_duration_seconds",
     "uvmwatch_tracked_fds",
     "uvmwatch_libcuda_targets",
+    // Records the agent received: its own scans and the machine's other processes vary.
+    "uvmwatch_events_received_total",
     "uvmwatch_build_info",
 ];
 

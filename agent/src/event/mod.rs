@@ -527,6 +527,8 @@ pub struct Scan {
     pub dropped_total: u64,
     /// Of those, the ones lost here (undecodable).
     pub undecodable_total: u64,
+    /// Records taken from the ring buffer so far.
+    pub received_total: u64,
     /// The ring buffer was emptied before this pass: decoding keeps up.
     pub caught_up: bool,
 }
@@ -784,6 +786,7 @@ pub(crate) mod testing {
                 cuinit_in_flight: 0,
                 dropped_total,
                 undecodable_total: 0,
+                received_total: 0,
                 caught_up: true,
             }),
         )

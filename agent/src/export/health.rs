@@ -143,6 +143,7 @@ mod tests {
                 cuinit_in_flight: 0,
                 dropped_total,
                 undecodable_total: 0,
+                received_total: 0,
                 caught_up,
             }),
         )));

@@ -125,6 +125,8 @@ pub struct Observer<K: KernelSide = Kernel> {
     listeners: Vec<Box<dyn Listener>>,
     /// Records that could not be decoded (an agent/eBPF mismatch).
     undecodable: u64,
+    /// Records taken from the ring buffer so far.
+    received: u64,
     /// The last drain emptied the ring: a call missing from the in-flight maps then really
     /// ended without an exit record (not one still queued).
     caught_up: bool,
@@ -290,6 +292,7 @@ impl<K: KernelSide> Observer<K> {
             driver_layout: Some(said),
             listeners: Vec::new(),
             undecodable: 0,
+            received: 0,
             caught_up: true,
             caps: crate::host::caps::Capabilities::of_this_process(),
             kprobes: crate::kernel::kprobes_supported(),
@@ -422,6 +425,7 @@ impl<K: KernelSide> Observer<K> {
                 return true;
             };
             n += 1;
+            self.received += 1;
             match record::decode(&item) {
                 Ok(r) => self.handle(r),
                 Err(e) => {
@@ -445,6 +449,7 @@ impl<K: KernelSide> Observer<K> {
             cuinit_in_flight,
             dropped_total: kernel_drops + self.undecodable,
             undecodable_total: self.undecodable,
+            received_total: self.received,
             caught_up: self.caught_up,
         }
     }

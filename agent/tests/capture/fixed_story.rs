@@ -182,6 +182,7 @@ pub(crate) fn story() -> Capture {
             cuinit_in_flight: 1,
             dropped_total: 3,
             undecodable_total: 0,
+            received_total: 0,
             caught_up: true,
         }),
     );

@@ -63,6 +63,8 @@ pub struct Metrics {
     pub ioctl_layout: IntGaugeVec,
     /// Records lost in user space (undecodable); added to the kernel's drops.
     pub user_drops: IntCounter,
+    /// `uvmwatch_events_received_total`.
+    pub received: IntCounter,
     /// Whether `uvmwatch_cuinit_calls_total` and `uvmwatch_stalls_total` carry the opt-in
     /// workload labels (`engine`, `namespace`, `pod`).
     pub workload_labels: bool,
@@ -88,6 +90,7 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     ("uvmwatch_cuda_context_calls_total", "counter", "Calls of the CUDA context and device functions probed in libcuda (cuCtxCreate, cuCtxCreate_v2, cuCtxCreate_v3, cuCtxCreate_v4, cuDevicePrimaryCtxRetain, cuDeviceGetCount, as each libcuda exports them; docs/probes.md), by call and result (CUresult name from cuda.h, e.g. CUDA_ERROR_DEVICE_UNAVAILABLE for 46; CUDA_ERROR_<code> for a code the table does not name). Counted in the kernel; a cuCtxCreate version called from another counts once."),
     ("uvmwatch_cuda_context_duration_seconds", "histogram", "Latency of the CUDA context and device functions probed in libcuda, by call, seconds, aggregated in the kernel in log2 buckets."),
     ("uvmwatch_device_opens_total", "counter", "Opens (open, openat, openat2) of NVIDIA device nodes, by node and result (success or errno name)."),
+    ("uvmwatch_events_received_total", "counter", "Event records the agent took from the kernel's ring buffer (what decoding handled: compare with uvmwatch_events_dropped_total)."),
     ("uvmwatch_events_dropped_total", "counter", "Event records lost: ring buffer full in the kernel, or undecodable in user space."),
     ("uvmwatch_events_throttled_total", "counter", "Failure records (a failed driver call or open outside cuInit) not sent to the agent because their process sent more than 200 in one second; the calls are counted in uvmwatch_driver_ioctl_calls_total and uvmwatch_device_opens_total all the same, and the log sums repeated failures up."),
     ("uvmwatch_kernel_map_full_total", "counter", "Entries a kernel map refused because it was full, by map: inflight (calls in flight), fds (tracked fds), procs (processes), pending_open, pending_path, pending_dup (syscalls between enter and exit), ioctl_hist, ioctl_results, opens, kf_results, ctx_results (aggregates: a call not counted). Unknown ioctl numbers share one aggregate key per node and result, so no process fills the aggregates by inventing numbers."),
@@ -124,6 +127,7 @@ const FAMILY_LABELS: &[(&str, &str)] = &[
     ("uvmwatch_device_opens_total", "node, result"),
     ("uvmwatch_kernel_function_calls_total", "function, result"),
     ("uvmwatch_kernel_function_duration_seconds", "function"),
+    ("uvmwatch_events_received_total", ""),
     ("uvmwatch_events_dropped_total", ""),
     ("uvmwatch_events_throttled_total", ""),
     ("uvmwatch_kernel_map_full_total", "map"),
@@ -279,6 +283,11 @@ impl Metrics {
             registry.register(c)?;
         }
         let user_drops = IntCounter::new("uvmwatch_user_drops", "internal")?;
+        let received = IntCounter::new(
+            "uvmwatch_events_received_total",
+            help("uvmwatch_events_received_total"),
+        )?;
+        registry.register(Box::new(received.clone()))?;
         Ok(Metrics {
             registry,
             cuinit_calls,
@@ -292,6 +301,7 @@ impl Metrics {
             diagnosis,
             ioctl_layout,
             user_drops,
+            received,
             workload_labels,
         })
     }
@@ -444,6 +454,10 @@ impl Listener for MetricsListener {
             }
             Kind::Scan(s) => {
                 m.cuinit_in_flight.set(s.cuinit_in_flight as i64);
+                let got = m.received.get();
+                if s.received_total > got {
+                    m.received.inc_by(s.received_total - got);
+                }
                 let seen = m.user_drops.get();
                 if s.undecodable_total > seen {
                     m.user_drops.inc_by(s.undecodable_total - seen);
