@@ -4,6 +4,7 @@
 //! - `test [-- ARGS]`: set-up, build, every test single-threaded, a summary with skips.
 //! - `demo`: set-up, build, run the agent against simulated NVIDIA device nodes.
 //! - `device-check`: build a release agent and a script for a real GPU machine.
+//! - `soak [--seconds N]`: the soak and fault harness on a release build, with its figures.
 //! - `vm-test`: boot Debian's own kernels (kprobes, loadable modules) under qemu with a test
 //!   `nvidia_uvm` module and run the agent's kernel-side tests inside (`docs/vm-test.md`).
 //! - `nvidia-layouts --source DIR [--check]`: regenerate (or check) the agent's table of NVIDIA
@@ -16,6 +17,7 @@ mod demo;
 mod device_check;
 mod nvidia_layouts;
 mod setup;
+mod soak;
 mod test;
 mod util;
 mod vm;
@@ -53,6 +55,8 @@ enum Cmd {
     Demo,
     /// Build a release agent and `target/device-check/run.sh` for a real GPU machine.
     DeviceCheck,
+    /// The soak and fault harness (agent/tests/soak.rs) on a release build, longer than CI's.
+    Soak(soak::SoakArgs),
     /// Boot Debian kernels under qemu with a test nvidia_uvm module; run the kernel-side tests.
     VmTest(vm::VmTestArgs),
     /// Regenerate (or `--check`) agent/src/decode/layouts/nvidia-layouts.tsv from the headers of
@@ -73,6 +77,7 @@ fn main() -> ExitCode {
         Cmd::Test { args } => test::run(&args),
         Cmd::Demo => demo::run(),
         Cmd::DeviceCheck => device_check::run(),
+        Cmd::Soak(args) => soak::run(&args),
         Cmd::VmTest(args) => vm::run(&args),
         Cmd::NvidiaLayouts(args) => nvidia_layouts::run(&args),
     };

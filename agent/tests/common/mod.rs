@@ -263,6 +263,13 @@ impl Agent {
         body
     }
 
+    /// SIGKILL, and waits until it is reaped (a crash: nothing is flushed or detached by
+    /// the agent itself).
+    pub fn kill_hard(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Sends SIGTERM and waits (10 s at most); returns whether it exited successfully.
     pub fn stop(mut self) -> bool {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
