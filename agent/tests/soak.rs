@@ -339,7 +339,6 @@ fn soak_churn_flood_stalls_map_exhaustion_and_a_kill() {
             T,
         )
         .expect("stall before the kill");
-    let killed = Instant::now();
     agent.kill_hard();
     // The programs go when the last file holding them is released. A uretprobe pending in
     // the hung cuInit can hold that release up (the kernel waits for the probed function to
