@@ -11,27 +11,12 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{artifacts, metric, Agent};
-use uvmwatch_testbed::{
-    FakeDev, FakeDevConfig, IoctlAction, IoctlRule, LibLocation, Scenario, Workload, WorkloadConfig,
-};
+use uvmwatch_testbed::{FakeDev, FakeDevConfig, IoctlAction, IoctlRule, Scenario, Workload};
 
 const T: Duration = Duration::from_secs(30);
 
 fn spawn(dev: &FakeDev, scenario: Scenario, args: &[&str]) -> Workload {
-    Workload::spawn_with_args(
-        dev,
-        artifacts(),
-        WorkloadConfig {
-            scenario,
-            gpus: 1,
-            wait_ms: 1500,
-            lib_location: LibLocation::PrivateNamespace,
-            fork_child: false,
-            extra_env: vec![],
-        },
-        args,
-    )
-    .expect("spawn workload")
+    common::spawn_workload(dev, scenario, 1500, args)
 }
 
 #[test]

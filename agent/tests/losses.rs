@@ -10,25 +10,12 @@ mod common;
 use std::time::Duration;
 
 use common::{artifacts, metric, Agent};
-use uvmwatch_testbed::{FakeDev, FakeDevConfig, LibLocation, Scenario, Workload, WorkloadConfig};
+use uvmwatch_testbed::{FakeDev, FakeDevConfig, Scenario, Workload};
 
 const T: Duration = Duration::from_secs(30);
 
 fn run(dev: &FakeDev, scenario: Scenario, args: &[&str]) -> String {
-    let mut w = Workload::spawn_with_args(
-        dev,
-        artifacts(),
-        WorkloadConfig {
-            scenario,
-            gpus: 1,
-            wait_ms: 1500,
-            lib_location: LibLocation::PrivateNamespace,
-            fork_child: false,
-            extra_env: vec![],
-        },
-        args,
-    )
-    .expect("spawn workload");
+    let mut w = common::spawn_workload(dev, scenario, 1500, args);
     w.next_cuinit_line(T).expect("cuInit line");
     let out = w.wait_timeout(T).expect("workload exits");
     out.stdout
@@ -166,20 +153,12 @@ fn more_fds_than_the_fd_map_holds_are_counted_as_map_full() {
     // processes hold theirs at once.
     let mut ws: Vec<Workload> = (0..4)
         .map(|_| {
-            Workload::spawn_with_args(
+            common::spawn_workload(
                 &dev,
-                artifacts(),
-                WorkloadConfig {
-                    scenario: Scenario::Success,
-                    gpus: 1,
-                    wait_ms: 1500,
-                    lib_location: LibLocation::PrivateNamespace,
-                    fork_child: false,
-                    extra_env: vec![],
-                },
+                Scenario::Success,
+                1500,
                 &["--dup-fds", "30000", "--hold-ms", "4000"],
             )
-            .expect("spawn workload")
         })
         .collect();
     let mut held = 0u64;

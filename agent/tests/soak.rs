@@ -14,9 +14,7 @@ use std::{
 };
 
 use common::{artifacts, metric, Agent};
-use uvmwatch_testbed::{
-    FakeDev, FakeDevConfig, IoctlAction, IoctlRule, LibLocation, Scenario, Workload, WorkloadConfig,
-};
+use uvmwatch_testbed::{FakeDev, FakeDevConfig, IoctlAction, IoctlRule, Scenario, Workload};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -32,20 +30,7 @@ fn seconds() -> u64 {
 fn spawn(dev: &FakeDev, scenario: Scenario, lib: &str, args: &[&str]) -> Workload {
     let mut all = vec!["--lib", lib];
     all.extend_from_slice(args);
-    Workload::spawn_with_args(
-        dev,
-        artifacts(),
-        WorkloadConfig {
-            scenario,
-            gpus: 1,
-            wait_ms: 0,
-            lib_location: LibLocation::PrivateNamespace,
-            fork_child: false,
-            extra_env: vec![],
-        },
-        &all,
-    )
-    .expect("spawn workload")
+    common::spawn_workload(dev, scenario, 0, &all)
 }
 
 /// Resident memory (`VmRSS`, `VmHWM`, KiB) and CPU time (s) of `pid`.

@@ -12,7 +12,9 @@ use std::{
 };
 
 use serde_json::Value;
-use uvmwatch_testbed::{build_artifacts, Artifacts};
+use uvmwatch_testbed::{
+    build_artifacts, Artifacts, FakeDev, LibLocation, Scenario, Workload, WorkloadConfig,
+};
 
 /// Whether the root eBPF tests can run here; `Err(reason)` otherwise.
 pub fn environment() -> Result<(), String> {
@@ -46,6 +48,26 @@ pub fn artifacts() -> &'static Artifacts {
         std::fs::create_dir_all(&dir).unwrap();
         build_artifacts(&dir).expect("building the test doubles")
     })
+}
+
+/// A workload on one GPU with its library in a private mount namespace, waiting `wait_ms`
+/// before `cuInit`, with `args` for `cuda-workload` (`--flood-ms`, `--lib`, ...).
+#[allow(dead_code)] // not every test binary spawns workloads this way
+pub fn spawn_workload(dev: &FakeDev, scenario: Scenario, wait_ms: u64, args: &[&str]) -> Workload {
+    Workload::spawn_with_args(
+        dev,
+        artifacts(),
+        WorkloadConfig {
+            scenario,
+            gpus: 1,
+            wait_ms,
+            lib_location: LibLocation::PrivateNamespace,
+            fork_child: false,
+            extra_env: vec![],
+        },
+        args,
+    )
+    .expect("spawn workload")
 }
 
 /// Compiles a C fixture from `tests/fixtures` once; returns the binary.
