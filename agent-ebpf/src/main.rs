@@ -8,7 +8,8 @@
 //! * [`probes`]: the programs, one file per hook group: `open` (`open`, `openat`, `openat2`: device opens, libcuda
 //!   loads), `fd` (`close`, `dup*`, `fcntl`), `ioctl` (driver calls), `cuinit` (the `cuInit`
 //!   uprobes), `ctx` (the context and device-count uprobes), `sched` (fork, exec, exit), `kfunc` (the kprobe/kretprobe pairs, one per row
-//!   of `uvmwatch_common::kfuncs!`);
+//!   of `uvmwatch_common::kfuncs!`), `floor` (the overhead benchmark's floor reference, which
+//!   the agent itself never loads);
 //! * [`maps`]: every map, with what it holds;
 //! * [`helpers`]: what the programs share: ids, counters, record headers and sending, and the
 //!   fd table with its `fork` inheritance.

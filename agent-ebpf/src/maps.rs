@@ -161,3 +161,12 @@ pub static ZERO_HIST: PerCpuArray<LatencyHist> = PerCpuArray::with_max_entries(1
 /// [`crate::helpers::failure_allowed`]); LRU, so a churn of processes recycles entries.
 #[map]
 pub static FAILURE_RATE: LruHashMap<u32, RateWindow> = LruHashMap::with_max_entries(8192, 0);
+
+// ---------------------------------------------------------------------------------------------
+// the overhead benchmark's floor reference (`probes::floor`), not used by `uvmwatch run`
+// ---------------------------------------------------------------------------------------------
+
+/// Hits of `floor_tp`, one per-CPU counter: its one map operation. The agent creates the
+/// map with the others (8 bytes per CPU) but no program of its own touches it.
+#[map]
+pub static FLOOR_HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);

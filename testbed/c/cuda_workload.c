@@ -2,8 +2,9 @@
  * cuda_workload.c - a minimal CUDA "application" for uvmwatch tests.
  *
  * usage: cuda-workload [--lib PATH] [--wait-ms N] [--flags N] [--fork-child] [--repeat N]
- *                      [--flood-ms N] [--ctx CALL [--device N]] [--hold-ms N]
+ *                      [--flood-ms N [--flood-ok]] [--ctx CALL [--device N]] [--hold-ms N]
  *                      [--leader-exits] [--cold-open] [--distinct-cmds N] [--dup-fds N]
+ *                      [--time-init]
  *
  * Loads libcuda (PATH, or "libcuda.so.1" through the dynamic linker's search)
  * with dlopen(RTLD_NOW), waits --wait-ms milliseconds (default 1500: a tracing
@@ -12,6 +13,11 @@
  * and prints one line per call:
  *
  *     cuInit=<rc> pid=<pid>
+ *
+ * With --time-init each cuInit call is also timed (CLOCK_MONOTONIC around the call) and
+ * followed by
+ *
+ *     init_ns=<ns> pid=<pid>
  *
  * With --fork-child the process then forks (no exec); the child calls cuInit
  * once and prints its own line, and the parent waits for it.
@@ -22,6 +28,11 @@
  * call on a tracked fd, and prints
  *
  *     flood=<calls> per_second=<rate> pid=<pid>
+ *
+ * With --flood-ok the flood issues FIONREAD instead, which the VFS answers itself for a
+ * regular file (the fake nodes are FUSE regular files): every one a successful call on a
+ * tracked fd that no driver (and no FUSE server) sees, so its time is the syscall's and the
+ * tracing's only.
  *
  * With --ctx CALL the process then asks for the device count and creates a
  * context on --device N (default 0) with CALL (cuCtxCreate, cuCtxCreate_v2,
@@ -78,8 +89,9 @@ typedef int (*cu_primary_fn)(void **, int);
 static void usage(void)
 {
     fprintf(stderr, "usage: cuda-workload [--lib PATH] [--wait-ms N] [--flags N] "
-                    "[--fork-child] [--repeat N] [--flood-ms N] [--ctx CALL [--device N]] [--hold-ms N] "
-                    "[--leader-exits] [--cold-open] [--distinct-cmds N] [--dup-fds N]\n");
+                    "[--fork-child] [--repeat N] [--flood-ms N [--flood-ok]] [--ctx CALL [--device N]] "
+                    "[--hold-ms N] [--leader-exits] [--cold-open] [--distinct-cmds N] [--dup-fds N] "
+                    "[--time-init]\n");
     exit(2);
 }
 
@@ -104,9 +116,9 @@ static void sleep_ms(unsigned long ms)
         ;
 }
 
-/* Failed ioctls on /dev/nvidia-uvm for `ms` milliseconds; returns 0, or 2 when the node
- * cannot be opened. */
-static int flood(unsigned long ms)
+/* Failed ioctls (FICLONE: EBADF), or with `ok` successful ones (FIONREAD), on
+ * /dev/nvidia-uvm for `ms` milliseconds; returns 0, or 2 when the node cannot be opened. */
+static int flood(unsigned long ms, int ok)
 {
     int fd = open("/dev/nvidia-uvm", O_RDWR | O_CLOEXEC);
     if (fd < 0) {
@@ -117,9 +129,14 @@ static int flood(unsigned long ms)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     unsigned long long calls = 0;
     double elapsed = 0;
+    int unread = 0;
     do {
-        for (int i = 0; i < 1024; i++)
-            (void)ioctl(fd, FICLONE, -1);
+        if (ok)
+            for (int i = 0; i < 1024; i++)
+                (void)ioctl(fd, FIONREAD, &unread);
+        else
+            for (int i = 0; i < 1024; i++)
+                (void)ioctl(fd, FICLONE, -1);
         calls += 1024;
         clock_gettime(CLOCK_MONOTONIC, &t);
         elapsed = (double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) / 1e9;
@@ -241,10 +258,19 @@ static int dup_fds(unsigned long n)
     return 0;
 }
 
+static int time_init;
+
 static int call_and_report(cu_init_fn cu_init, unsigned int flags)
 {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     int rc = cu_init(flags);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
     printf("cuInit=%d pid=%d\n", rc, (int)getpid());
+    if (time_init)
+        printf("init_ns=%lld pid=%d\n",
+               (long long)(t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec),
+               (int)getpid());
     fflush(stdout);
     return rc;
 }
@@ -253,7 +279,7 @@ static struct {
     const char *lib;
     const char *ctx_call;
     unsigned long wait_ms, flags, repeat, flood_ms, distinct_cmds, dup_fds, device, hold_ms;
-    int fork_child, cold_open;
+    int fork_child, cold_open, flood_ok;
 } opt = {.lib = "libcuda.so.1", .wait_ms = 1500, .repeat = 1};
 
 /* Everything after the arguments; returns the exit status. */
@@ -300,7 +326,7 @@ static int run(void)
     if (opt.ctx_call != NULL && contexts(handle, opt.ctx_call, (int)opt.device) != 0)
         return 2;
 
-    if (flood_ms > 0 && flood(flood_ms) != 0)
+    if (flood_ms > 0 && flood(flood_ms, opt.flood_ok) != 0)
         return 2;
     if (opt.cold_open && cold_open() != 0)
         return 2;
@@ -340,6 +366,10 @@ int main(int argc, char **argv)
             opt.fork_child = 1;
         } else if (strcmp(a, "--flood-ms") == 0) {
             opt.flood_ms = parse_number(a, i + 1 < argc ? argv[++i] : NULL);
+        } else if (strcmp(a, "--flood-ok") == 0) {
+            opt.flood_ok = 1;
+        } else if (strcmp(a, "--time-init") == 0) {
+            time_init = 1;
         } else if (strcmp(a, "--ctx") == 0) {
             if (++i >= argc)
                 usage();

@@ -10,6 +10,7 @@
 pub mod ctx;
 pub mod cuinit;
 pub mod fd;
+pub mod floor;
 pub mod ioctl;
 pub mod kfunc;
 pub mod open;

@@ -1,8 +1,10 @@
 //! The `uvmwatch` commands: the command line ([`main`]), `run` ([`run`]), `probes`
 //! ([`probes`]), `doctor` ([`doctor`]), `capture` ([`capture`]), `annotate` ([`annotate`]),
-//! and the configuration file of `run` ([`config`]).
+//! the configuration file of `run` ([`config`]), and the overhead benchmark's floor reference
+//! ([`bench_floor`]).
 
 pub mod annotate;
+pub mod bench_floor;
 pub mod capture;
 pub mod config;
 pub mod doctor;
@@ -82,6 +84,10 @@ enum Cmd {
         #[arg(long, value_name = "FILE")]
         update: Option<PathBuf>,
     },
+    /// Internal: the overhead benchmark's floor reference: one map operation on every
+    /// tracepoint the agent attaches, through the agent's loader, until SIGTERM.
+    #[command(name = "bench-floor", hide = true)]
+    BenchFloor,
     /// Internal: dlopen LIB and call cuInit(0) (used by `doctor --probe`).
     #[command(name = "__cuinit-child", hide = true)]
     CuinitChild { lib: PathBuf },
@@ -183,6 +189,7 @@ pub fn main() -> ExitCode {
         Cmd::Doctor(a) => doctor::doctor(a, &global),
         Cmd::Capture(a) => capture::capture(a, &global),
         Cmd::Annotate(a) => annotate::annotate(a),
+        Cmd::BenchFloor => bench_floor::bench_floor(&global),
         Cmd::CuinitChild { lib } => Ok(ExitCode::from(doctor::cuinit_child(&lib))),
         Cmd::ProbesDoc { update } => probes::probes_doc(update),
         Cmd::MetricsDoc => {

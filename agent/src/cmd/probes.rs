@@ -11,14 +11,7 @@ use crate::{host::discovery, kernel};
 /// `uvmwatch probes`: loads and attaches for real, prints the table, detaches.
 /// Exit 0 when every required probe attached, 1 otherwise, 2 when it could not run.
 pub fn probes(libcuda: Vec<PathBuf>, g: &super::Global) -> anyhow::Result<ExitCode> {
-    let mut layout = None;
-    let said = DriverWatch::new(g.driver(), None)
-        .check(|l| {
-            layout = Some(l.clone());
-            Ok(())
-        })?
-        .expect("a first check loads");
-    let layout = layout.expect("chosen by the first check");
+    let (said, layout) = driver_layout(g)?;
     println!("{}", driver_line(&said));
     if !kernel::is_root() {
         let rows: Vec<_> = probes::REGISTRY
@@ -72,6 +65,24 @@ pub fn probes(libcuda: Vec<PathBuf>, g: &super::Global) -> anyhow::Result<ExitCo
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The driver (as `--driver-version` or the version file gives it) and the ioctl layouts its
+/// statuses are read with: what [`kernel::KernelSettings`] needs, for a one-off load.
+///
+/// # Errors
+/// As [`DriverWatch::check`].
+pub fn driver_layout(
+    g: &super::Global,
+) -> anyhow::Result<(DriverLayout, crate::decode::layouts::Layout)> {
+    let mut layout = None;
+    let said = DriverWatch::new(g.driver(), None)
+        .check(|l| {
+            layout = Some(l.clone());
+            Ok(())
+        })?
+        .expect("a first check loads");
+    Ok((said, layout.expect("chosen by the first check")))
 }
 
 /// `uvmwatch probes-doc`: prints the probe table of `docs/probes.md`, or with `update` puts it

@@ -73,7 +73,8 @@ enum MissingSymbol {
 /// The loaded kernel side.
 pub struct Kernel {
     bpf: Ebpf,
-    /// Every probe ([`probes::all`]); `states` is indexed the same way.
+    /// Every probe loaded ([`probes::all`], or [`probes::floor`] for the benchmark's floor);
+    /// `states` is indexed the same way.
     specs: Vec<ProbeSpec>,
     states: Vec<ProbeState>,
     /// Kprobe links by registry index.
@@ -132,6 +133,31 @@ impl Kernel {
     /// # Errors
     /// Not root, no BPF in the kernel, or the object rejected as a whole.
     pub fn load(settings: &KernelSettings) -> Result<Kernel> {
+        Kernel::load_probes(settings, probes::all())
+    }
+
+    /// [`Kernel::load`] with the overhead benchmark's floor reference ([`probes::floor`]) in
+    /// place of the agent's probes: the same object, settings, maps and loader, the same
+    /// tracepoints, each running one per-CPU counter increment. `uvmwatch bench-floor`.
+    ///
+    /// # Errors
+    /// As [`Kernel::load`].
+    pub fn load_floor(settings: &KernelSettings) -> Result<Kernel> {
+        Kernel::load_probes(settings, probes::floor())
+    }
+
+    /// Hits of the floor reference's program, summed over CPUs.
+    ///
+    /// # Errors
+    /// The map cannot be read.
+    pub fn floor_hits(&self) -> Result<u64> {
+        let m: PerCpuArray<&MapData, u64> =
+            PerCpuArray::try_from(self.bpf.map("FLOOR_HITS").context("map FLOOR_HITS")?)?;
+        Ok(m.get(&0, 0)?.iter().sum())
+    }
+
+    /// Loads the object and then only the programs `specs` name, and attaches them.
+    fn load_probes(settings: &KernelSettings, specs: Vec<ProbeSpec>) -> Result<Kernel> {
         if !is_root() {
             return Err(anyhow!(
                 "loading eBPF programs needs root (CAP_SYS_ADMIN; docs/capabilities.md); run as root"
@@ -150,7 +176,6 @@ impl Kernel {
                 None
             }
         };
-        let specs = probes::all();
         let mut k = Kernel {
             bpf,
             states: specs

@@ -120,6 +120,25 @@ pub fn all() -> Vec<ProbeSpec> {
         .collect()
 }
 
+/// The program of the overhead benchmark's floor reference (`agent-ebpf/src/probes/floor.rs`:
+/// one per-CPU counter increment). No entry of [`all`] names it, so `uvmwatch run` never
+/// loads it.
+pub const FLOOR_PROGRAM: &str = "floor_tp";
+
+/// The floor reference's probes (`uvmwatch bench-floor`): every tracepoint of [`REGISTRY`],
+/// with its label and attach point, running [`FLOOR_PROGRAM`] instead of the agent's program.
+pub fn floor() -> Vec<ProbeSpec> {
+    REGISTRY
+        .iter()
+        .filter(|p| matches!(p.attach, Attach::Tracepoint { .. }))
+        .map(|p| ProbeSpec {
+            program: FLOOR_PROGRAM,
+            purpose: "floor reference of the overhead benchmark: one map operation",
+            ..*p
+        })
+        .collect()
+}
+
 /// One entry of the registry.
 #[derive(Clone, Copy, Debug)]
 pub struct ProbeSpec {
@@ -714,6 +733,23 @@ mod tests {
             );
         }
         assert!(REGISTRY.iter().filter(|p| p.required).count() >= 4);
+    }
+
+    #[test]
+    fn the_floor_takes_every_tracepoint_and_the_agent_never_loads_it() {
+        let floor = floor();
+        let tracepoints: Vec<Attach> = REGISTRY
+            .iter()
+            .map(|p| p.attach)
+            .filter(|a| matches!(a, Attach::Tracepoint { .. }))
+            .collect();
+        assert_eq!(
+            floor.iter().map(|p| p.attach).collect::<Vec<_>>(),
+            tracepoints
+        );
+        assert_eq!(floor.len(), 20);
+        assert!(floor.iter().all(|p| p.program == FLOOR_PROGRAM));
+        assert!(all().iter().all(|p| p.program != FLOOR_PROGRAM));
     }
 
     fn spec(label: &str) -> ProbeSpec {
