@@ -1,17 +1,21 @@
 //! What every probe uses: the settings, the caller's ids, counters, record headers and
-//! sending, the per-CPU aggregates, and the fd table (`FDS` and `PROCS`, with `fork`
-//! inheritance).
+//! sending, the per-CPU aggregates, the fd table (`FDS` and `PROCS`, with `fork`
+//! inheritance), and the file behind an fd read from the task's own fd table.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task,
+        bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes,
+    },
     maps::PerCpuHashMap,
 };
 use uvmwatch_common::{
-    counter, node, result, Config, EventHeader, FdInfo, FdKey, LatencyHist, ProcState, RateWindow,
-    COMM_LEN, FD_CLOEXEC, FD_INHERITED,
+    classify_node_name, classify_rdev, counter, node, result, Config, DevFileKey, EventHeader,
+    FdInfo, FdKey, FileOffsets, LatencyHist, ProcState, RateWindow, COMM_LEN, FD_CLOEXEC,
+    FD_INHERITED, NODE_NAME_LEN, S_IFCHR, S_IFMT,
 };
 
-use crate::maps::{CONFIG, COUNTERS, EVENTS, FAILURE_RATE, FDS, PROCS};
+use crate::maps::{CONFIG, COUNTERS, DEVFILES, EVENTS, FAILURE_RATE, FDS, PROCS};
 
 /// How many fork generations an inherited fd is looked up through.
 const INHERIT_DEPTH: usize = 3;
@@ -261,4 +265,116 @@ pub fn untrack_fd(tgid: u32, fd: u32) {
     } else {
         let _ = FDS.remove(&key);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// the file behind an fd
+// ---------------------------------------------------------------------------------------------
+
+/// A kernel value of type `T` at `addr`.
+#[inline(always)]
+fn kread<T>(addr: u64) -> Option<T> {
+    unsafe { bpf_probe_read_kernel(addr as *const T) }.ok()
+}
+
+/// The `struct file *` behind `fd` in the current task's fd table:
+/// `task_struct.files -> files_struct.fdt -> fdtable.fd[fd]` (offsets from BTF, in
+/// [`Config::files`]). `None` when the offsets are unknown, the fd is past `max_fds` or not
+/// open.
+#[inline(always)]
+pub fn file_of_fd(cfg: &Config, fd: u32) -> Option<u64> {
+    let o = &cfg.files;
+    if o.ready == 0 {
+        return None;
+    }
+    let task = unsafe { bpf_get_current_task() };
+    let files: u64 = kread(task + o.task_files as u64)?;
+    let fdt: u64 = kread(files + o.files_fdt as u64)?;
+    let max: u32 = kread(fdt + o.fdt_max_fds as u64)?;
+    if fd >= max {
+        return None;
+    }
+    let arr: u64 = kread(fdt + o.fdt_fd as u64)?;
+    let f: u64 = kread(arr + fd as u64 * 8)?;
+    (f != 0).then_some(f)
+}
+
+/// What identifies a file: its inode's mode and `rdev`, and its (superblock device, inode).
+#[derive(Clone, Copy)]
+pub struct FileIds {
+    pub is_chr: bool,
+    pub rdev: u32,
+    pub key: DevFileKey,
+}
+
+/// [`FileIds`] of `struct file *file`.
+#[inline(always)]
+pub fn file_ids(cfg: &Config, file: u64) -> Option<FileIds> {
+    let o = &cfg.files;
+    let inode: u64 = kread(file + o.file_inode as u64)?;
+    let mode: u16 = kread(inode + o.inode_mode as u64)?;
+    let rdev: u32 = kread(inode + o.inode_rdev as u64)?;
+    let ino: u64 = kread(inode + o.inode_ino as u64)?;
+    let sb: u64 = kread(inode + o.inode_sb as u64)?;
+    let dev: u32 = kread(sb + o.sb_dev as u64)?;
+    Some(FileIds {
+        is_chr: mode & S_IFMT == S_IFCHR,
+        rdev,
+        key: DevFileKey { dev, _pad: 0, ino },
+    })
+}
+
+/// The NVIDIA node `ids` stand for: a character device by its number
+/// ([`classify_rdev`]), any other file by `DEVFILES` (filled when it was opened at a
+/// `/dev/nvidia*` name, or by user space for files open before the agent started).
+#[inline(always)]
+pub fn node_of(cfg: &Config, ids: &FileIds) -> (u8, u8) {
+    if ids.is_chr {
+        return classify_rdev(ids.rdev, cfg.uvm_major);
+    }
+    match unsafe { DEVFILES.get(&ids.key) } {
+        Some(d) => (d.node, d.minor),
+        None => (node::NONE, 0),
+    }
+}
+
+/// The dentry a name is read from, and the mount (`struct mount *`) it is seen in.
+#[inline(always)]
+fn mounted_name(o: &FileOffsets, dentry: u64, mnt: u64) -> Option<(u64, u64)> {
+    // The root of a mount (a bind-mounted file, the root of a tmpfs at /dev) is named by
+    // where it is mounted.
+    let root: u64 = kread(mnt + o.mount_mnt as u64 + o.vfsmount_root as u64)?;
+    if dentry == root {
+        let at: u64 = kread(mnt + o.mount_mountpoint as u64)?;
+        let parent: u64 = kread(mnt + o.mount_parent as u64)?;
+        return Some((at, parent));
+    }
+    Some((dentry, mnt))
+}
+
+/// The node kind a file's name says, when it sits at `/dev/<name>`: the last component
+/// and its parent directory's, read from the file's own `f_path` (dentry names, crossing at
+/// most one mount for each: a file bind-mounted at `/dev/nvidia-uvm` is named by its mount
+/// point, and a `/dev` that is the root of a tmpfs by its own). The caller's path string is
+/// never read.
+#[inline(always)]
+pub fn node_of_dev_name(cfg: &Config, file: u64) -> Option<(u8, u8)> {
+    let o = &cfg.files;
+    let dentry: u64 = kread(file + o.file_dentry as u64)?;
+    let vfsmnt: u64 = kread(file + o.file_mnt as u64)?;
+    let mnt = vfsmnt.wrapping_sub(o.mount_mnt as u64);
+    let (d, mnt) = mounted_name(o, dentry, mnt)?;
+    let mut name = [0u8; NODE_NAME_LEN];
+    let p: u64 = kread(d + o.dentry_name as u64)?;
+    unsafe { bpf_probe_read_kernel_str_bytes(p as *const u8, &mut name) }.ok()?;
+    let kind = classify_node_name(&name);
+    if kind.0 == node::NONE {
+        return None;
+    }
+    let parent: u64 = kread(d + o.dentry_parent as u64)?;
+    let (pd, _) = mounted_name(o, parent, mnt)?;
+    let mut pname = [0u8; 8];
+    let pp: u64 = kread(pd + o.dentry_name as u64)?;
+    unsafe { bpf_probe_read_kernel_str_bytes(pp as *const u8, &mut pname) }.ok()?;
+    (pname[0] == b'd' && pname[1] == b'e' && pname[2] == b'v' && pname[3] == 0).then_some(kind)
 }

@@ -6,9 +6,9 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use uvmwatch_common::{
-    counter, ctxcall, kfunc, CmdInfo, CmdKey, Config, CtxKey, CtxResultKey, FdInfo, FdKey,
-    InflightCtx, InflightCuinit, InflightIoctl, IoctlKey, KfKey, KfResultKey, LatencyHist,
-    OpenEvent, OpenKey, ProcState, RateWindow,
+    counter, ctxcall, kfunc, CmdInfo, CmdKey, Config, CtxKey, CtxResultKey, DevFile, DevFileKey,
+    FdInfo, FdKey, InflightCtx, InflightCuinit, InflightIoctl, IoctlKey, KfKey, KfResultKey,
+    LatencyHist, OpenEvent, OpenKey, ProcState, RateWindow,
 };
 
 /// `BPF_F_NO_PREALLOC`: per-CPU hashes grow with use instead of reserving
@@ -51,6 +51,12 @@ pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::C
 /// Open NVIDIA nodes per (tgid, fd), with tombstones for closed inherited fds.
 #[map]
 pub static FDS: HashMap<FdKey, FdInfo> = HashMap::with_max_entries(65536, 0);
+/// Files that are not character devices but were opened at a `/dev/nvidia*` name (test
+/// doubles: FUSE files bind-mounted there), by (superblock device, inode): what node each
+/// stands for. Filled at open and by user space for files open before the agent started;
+/// LRU, so stale entries of deleted files age out.
+#[map]
+pub static DEVFILES: LruHashMap<DevFileKey, DevFile> = LruHashMap::with_max_entries(4096, 0);
 /// Processes that touched an NVIDIA node or were forked from one, by tgid: generations for
 /// `FDS` validity, and the parent for fork inheritance.
 #[map]

@@ -56,7 +56,7 @@ pub mod node {
 /// Written without loops over the input beyond a fixed bound so the BPF verifier accepts it.
 #[inline(always)]
 pub fn classify_dev_path(p: &[u8; 32]) -> (u8, u8) {
-    const PREFIX: &[u8; 11] = b"/dev/nvidia";
+    const PREFIX: &[u8; 5] = b"/dev/";
     let mut i = 0;
     while i < PREFIX.len() {
         if p[i] != PREFIX[i] {
@@ -64,7 +64,33 @@ pub fn classify_dev_path(p: &[u8; 32]) -> (u8, u8) {
         }
         i += 1;
     }
-    let rest = &p[11..];
+    let mut name = [0u8; NODE_NAME_LEN];
+    let mut j = 0;
+    while j < NODE_NAME_LEN {
+        name[j] = p[5 + j];
+        j += 1;
+    }
+    classify_node_name(&name)
+}
+
+/// Bytes of a node's name [`classify_node_name`] looks at: `nvidia-uvm-tools` and its NUL
+/// fit.
+pub const NODE_NAME_LEN: usize = 24;
+
+/// Classify a NUL-terminated file name (the last path component, as a dentry's `d_name`
+/// holds it): `nvidiactl`, `nvidia<N>` (N = 0..=254, decimal, no leading zero),
+/// `nvidia-uvm`, `nvidia-uvm-tools`. Returns `(kind, minor)` as [`classify_dev_path`].
+#[inline(always)]
+pub fn classify_node_name(p: &[u8; NODE_NAME_LEN]) -> (u8, u8) {
+    const PREFIX: &[u8; 6] = b"nvidia";
+    let mut i = 0;
+    while i < PREFIX.len() {
+        if p[i] != PREFIX[i] {
+            return (node::NONE, 0);
+        }
+        i += 1;
+    }
+    let rest = &p[6..];
     // "ctl\0"
     if rest[0] == b'c' && rest[1] == b't' && rest[2] == b'l' && rest[3] == 0 {
         return (node::CTL, 0);
@@ -105,6 +131,60 @@ pub fn classify_dev_path(p: &[u8; 32]) -> (u8, u8) {
         return (node::NONE, 0);
     }
     (node::GPU, n as u8)
+}
+
+/// NVIDIA's reserved character major, for `nvidiactl` and the GPU nodes
+/// (`NV_MAJOR_DEVICE_NUMBER`, `kernel-open/common/inc/nv-chardev-numbers.h` of NVIDIA's open
+/// kernel modules; the same in the proprietary `nv.h`). `nvidia-uvm`'s major is dynamic
+/// (`alloc_chrdev_region` in `uvm.c`): user space reads it from `/proc/devices`.
+pub const NV_MAJOR: u32 = 195;
+/// `nvidiactl`'s minor (`NV_MINOR_DEVICE_NUMBER_CONTROL_DEVICE`, the same header).
+pub const NV_CTL_MINOR: u32 = 255;
+/// `nvidia-uvm-tools`' minor under the UVM major (`NVIDIA_UVM_TOOLS_MINOR_NUMBER`,
+/// `kernel-open/nvidia-uvm/uvm_common.h`); `nvidia-uvm` is minor 0.
+pub const UVM_TOOLS_MINOR: u32 = 1;
+
+/// The kernel's internal `dev_t` split (`MINORBITS` = 20, `include/linux/kdev_t.h`), as in
+/// `inode::i_rdev` and `super_block::s_dev` (not the `stat` encoding: see [`kdev_from`]).
+pub const KDEV_MINOR_BITS: u32 = 20;
+
+/// The kernel-internal `dev_t` (`MKDEV`) of a major and minor.
+#[inline(always)]
+pub const fn kdev_from(major: u32, minor: u32) -> u32 {
+    (major << KDEV_MINOR_BITS) | (minor & ((1 << KDEV_MINOR_BITS) - 1))
+}
+
+/// `S_IFMT` and `S_IFCHR` (`include/uapi/linux/stat.h`).
+pub const S_IFMT: u16 = 0o170000;
+pub const S_IFCHR: u16 = 0o020000;
+
+/// Node kind and minor of a character device `rdev` (kernel-internal `dev_t`): major
+/// [`NV_MAJOR`] gives `nvidiactl` (minor [`NV_CTL_MINOR`]) or GPU `N` (minor 0..=254, 254
+/// being NVKMS's modeset node, which is not ours: see `NV_MINOR_DEVICE_NUMBER_MODESET_DEVICE`);
+/// `uvm_major` (0 when `nvidia-uvm` is not registered) gives `nvidia-uvm` (minor 0) and
+/// `nvidia-uvm-tools` (minor 1).
+#[inline(always)]
+pub const fn classify_rdev(rdev: u32, uvm_major: u32) -> (u8, u8) {
+    let major = rdev >> KDEV_MINOR_BITS;
+    let minor = rdev & ((1 << KDEV_MINOR_BITS) - 1);
+    if major == NV_MAJOR {
+        if minor == NV_CTL_MINOR {
+            return (node::CTL, 0);
+        }
+        if minor < 254 {
+            return (node::GPU, minor as u8);
+        }
+        return (node::NONE, 0);
+    }
+    if uvm_major != 0 && major == uvm_major {
+        if minor == 0 {
+            return (node::UVM, 0);
+        }
+        if minor == UVM_TOOLS_MINOR {
+            return (node::UVM_TOOLS, 0);
+        }
+    }
+    (node::NONE, 0)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -346,8 +426,11 @@ pub mod counter {
     pub const KF_RESULTS_FULL: u32 = 12;
     /// `CTX_RESULTS` was full: a context or device call's result was not counted.
     pub const CTX_RESULTS_FULL: u32 = 13;
+    /// An ioctl whose node the file behind its fd (read from the task's fd table) and the
+    /// `FDS` map disagreed on, either way (kept while both ways run side by side).
+    pub const IDENTIFY_MISMATCH: u32 = 14;
     /// Number of counters.
-    pub const COUNT: u32 = 14;
+    pub const COUNT: u32 = 15;
     /// Every "map full" counter and the `map` label `uvmwatch_kernel_map_full_total` gives
     /// it. The LRU maps (in-flight calls, kernel-function starts, failure budgets) recycle
     /// their oldest entry instead of refusing one and have no counter; `INFLIGHT_FULL` counts
@@ -394,6 +477,84 @@ pub struct Config {
     /// second; the rest are counted ([`counter::THROTTLED`]), so a process failing in a loop
     /// cannot fill the ring buffer for everyone else.
     pub failure_events_per_second: u32,
+    /// `nvidia-uvm`'s character major from `/proc/devices`, 0 while it is not registered.
+    pub uvm_major: u32,
+    pub _pad: u32,
+    /// Where the programs find the file behind an fd (from the running kernel's BTF).
+    pub files: FileOffsets,
+}
+
+/// Byte offsets of the kernel struct members the programs read to find and identify the
+/// file behind an fd (`task_struct.files -> files_struct.fdt -> fdtable.fd[fd] -> file`),
+/// taken by user space from `/sys/kernel/btf/vmlinux` (`agent/src/kernel/btf.rs`): the
+/// layouts are those of `include/linux/{sched,fdtable,fs,dcache,mount}.h` and `fs/mount.h`
+/// of the running kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct FileOffsets {
+    /// `task_struct.files` (`struct files_struct *`).
+    pub task_files: u32,
+    /// `files_struct.fdt` (`struct fdtable *`).
+    pub files_fdt: u32,
+    /// `fdtable.max_fds` (`unsigned int`).
+    pub fdt_max_fds: u32,
+    /// `fdtable.fd` (`struct file **`).
+    pub fdt_fd: u32,
+    /// `file.f_inode` (`struct inode *`).
+    pub file_inode: u32,
+    /// `file.f_path.dentry` (`struct dentry *`).
+    pub file_dentry: u32,
+    /// `file.f_path.mnt` (`struct vfsmount *`).
+    pub file_mnt: u32,
+    /// `inode.i_mode` (`umode_t`, u16).
+    pub inode_mode: u32,
+    /// `inode.i_rdev` (`dev_t`, u32).
+    pub inode_rdev: u32,
+    /// `inode.i_ino` (`unsigned long`).
+    pub inode_ino: u32,
+    /// `inode.i_sb` (`struct super_block *`).
+    pub inode_sb: u32,
+    /// `super_block.s_dev` (`dev_t`, u32).
+    pub sb_dev: u32,
+    /// `dentry.d_name.name` (`const unsigned char *`).
+    pub dentry_name: u32,
+    /// `dentry.d_parent` (`struct dentry *`).
+    pub dentry_parent: u32,
+    /// `vfsmount.mnt_root` (`struct dentry *`).
+    pub vfsmount_root: u32,
+    /// `mount.mnt` (the embedded `struct vfsmount` that `file.f_path.mnt` points to).
+    pub mount_mnt: u32,
+    /// `mount.mnt_mountpoint` (`struct dentry *`).
+    pub mount_mountpoint: u32,
+    /// `mount.mnt_parent` (`struct mount *`).
+    pub mount_parent: u32,
+    /// 1 when the offsets were found; 0 leaves files unidentified.
+    pub ready: u32,
+    pub _pad: u32,
+}
+
+/// Key of the `DEVFILES` map: a file that is not a character device but sits at a
+/// `/dev/nvidia*` name (a test double, e.g. a FUSE file bind-mounted there), by the
+/// kernel-internal device of its superblock and its inode number.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct DevFileKey {
+    /// `super_block.s_dev` (kernel-internal `dev_t`, [`kdev_from`]).
+    pub dev: u32,
+    pub _pad: u32,
+    /// `inode.i_ino`.
+    pub ino: u64,
+}
+
+/// Value of the `DEVFILES` map: which node the file stands for.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct DevFile {
+    /// Node kind ([`node`]).
+    pub node: u8,
+    /// GPU minor for [`node::GPU`].
+    pub minor: u8,
+    pub _pad: [u8; 6],
 }
 
 /// Value of the `FAILURE_RATE` map (by tgid): failure records sent in the current second.
@@ -763,6 +924,8 @@ mod pod {
     unsafe impl aya::Pod for LatencyHist {}
     unsafe impl aya::Pod for OpenKey {}
     unsafe impl aya::Pod for Config {}
+    unsafe impl aya::Pod for DevFileKey {}
+    unsafe impl aya::Pod for DevFile {}
     unsafe impl aya::Pod for KfKey {}
     unsafe impl aya::Pod for KfResultKey {}
     unsafe impl aya::Pod for CtxKey {}
@@ -813,6 +976,55 @@ mod tests {
     }
 
     #[test]
+    fn classifies_node_names() {
+        let name = |s: &str| {
+            let mut p = [0u8; NODE_NAME_LEN];
+            p[..s.len()].copy_from_slice(s.as_bytes());
+            p
+        };
+        assert_eq!(classify_node_name(&name("nvidiactl")), (node::CTL, 0));
+        assert_eq!(classify_node_name(&name("nvidia3")), (node::GPU, 3));
+        assert_eq!(classify_node_name(&name("nvidia-uvm")), (node::UVM, 0));
+        assert_eq!(
+            classify_node_name(&name("nvidia-uvm-tools")),
+            (node::UVM_TOOLS, 0)
+        );
+        for bad in [
+            "nvidia-modeset",
+            "nvidia01",
+            "nvidia",
+            "null",
+            "libcuda.so.1",
+            "",
+        ] {
+            assert_eq!(classify_node_name(&name(bad)), (node::NONE, 0), "{bad}");
+        }
+    }
+
+    #[test]
+    fn classifies_device_numbers() {
+        let uvm = 508;
+        assert_eq!(kdev_from(195, 255), 0x0c3000ff);
+        assert_eq!(classify_rdev(kdev_from(195, 255), uvm), (node::CTL, 0));
+        assert_eq!(classify_rdev(kdev_from(195, 0), uvm), (node::GPU, 0));
+        assert_eq!(classify_rdev(kdev_from(195, 7), uvm), (node::GPU, 7));
+        assert_eq!(classify_rdev(kdev_from(uvm, 0), uvm), (node::UVM, 0));
+        assert_eq!(classify_rdev(kdev_from(uvm, 1), uvm), (node::UVM_TOOLS, 0));
+        // nvidia-modeset (195:254), a third minor of the UVM major, the UVM major unknown,
+        // /dev/null (1:3), an anonymous superblock device (0:42).
+        for (rdev, m) in [
+            (kdev_from(195, 254), uvm),
+            (kdev_from(uvm, 2), uvm),
+            (kdev_from(uvm, 0), 0),
+            (kdev_from(1, 3), uvm),
+            (kdev_from(0, 42), uvm),
+            (kdev_from(0, 0), 0),
+        ] {
+            assert_eq!(classify_rdev(rdev, m), (node::NONE, 0), "{rdev:#x} {m}");
+        }
+    }
+
+    #[test]
     fn buckets_are_log2() {
         assert_eq!(hist_bucket(0), 0);
         assert_eq!(hist_bucket(1), 0);
@@ -837,7 +1049,10 @@ mod tests {
         assert_eq!(size_of::<IoctlKey>(), 12);
         assert_eq!(size_of::<LatencyHist>(), 8 * (HIST_BUCKETS + 2));
         assert_eq!(size_of::<OpenKey>(), 8);
-        assert_eq!(size_of::<Config>(), 32);
+        assert_eq!(size_of::<Config>(), 120);
+        assert_eq!(size_of::<FileOffsets>(), 80);
+        assert_eq!(size_of::<DevFileKey>(), 16);
+        assert_eq!(size_of::<DevFile>(), 8);
         assert_eq!(MAX_EVENT_SIZE, 200);
         assert_eq!(size_of::<KfuncEvent>(), 72);
         assert_eq!(size_of::<KfKey>(), 8);

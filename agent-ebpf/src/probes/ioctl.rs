@@ -16,7 +16,8 @@ use uvmwatch_common::{
 
 use super::{SysExitArgs, SyscallHead};
 use crate::helpers::{
-    add_sample, bump, config, count, emit, failed, failure_allowed, header, ids, resolve_fd,
+    add_sample, bump, config, count, emit, failed, failure_allowed, file_ids, file_of_fd, header,
+    ids, node_of, resolve_fd,
 };
 use crate::maps::{
     CMDS, INFLIGHT_CUINIT, INFLIGHT_IOCTL, IOCTL_HIST, IOCTL_RESULTS, NAMED_CMDS, PROCS, ZERO_HIST,
@@ -68,8 +69,14 @@ fn try_ioctl_enter(ctx: &TracePointContext) -> Option<()> {
         // Not a node, but a call the process meant for one (`UVM_DEINITIALIZE` on -errno).
         (node::INVALID_FD, 0)
     } else {
-        let info = resolve_fd(tgid, fd)?;
-        (info.node, info.minor)
+        let by_map = resolve_fd(tgid, fd).map(|i| (i.node, i.minor));
+        // Both ways side by side: a disagreement either way is counted, a file that could not
+        // be read (offsets unknown) as not an NVIDIA node.
+        let none = (node::NONE, 0);
+        if by_map.unwrap_or(none) != identify_fd(fd).unwrap_or(none) {
+            bump(counter::IDENTIFY_MISMATCH);
+        }
+        by_map?
     };
     let in_cuinit = unsafe { INFLIGHT_CUINIT.get(&tid) }.is_some();
     let e = InflightIoctl {
@@ -87,6 +94,16 @@ fn try_ioctl_enter(ctx: &TracePointContext) -> Option<()> {
         bump(counter::INFLIGHT_FULL);
     }
     Some(())
+}
+
+/// The node behind `fd`, from the file in the current task's fd table (`None` when the
+/// offsets are unknown or the fd is not open).
+#[inline(always)]
+fn identify_fd(fd: u32) -> Option<(u8, u8)> {
+    let cfg = config()?;
+    let file = file_of_fd(cfg, fd)?;
+    let ids = file_ids(cfg, file)?;
+    Some(node_of(cfg, &ids))
 }
 
 /// Whether user space can name request `cmd` on a node of kind `node_kind` (as

@@ -15,13 +15,18 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use uvmwatch_common::{
-    classify_dev_path, counter, node, OpenEvent, OpenKey, EVENT_OPEN, FD_CLOEXEC, OPEN_IN_CUINIT,
-    OPEN_LIBCUDA, OPEN_PATH_TRUNCATED, PATH_LEN,
+    classify_dev_path, counter, node, DevFile, OpenEvent, OpenKey, EVENT_OPEN, FD_CLOEXEC,
+    OPEN_IN_CUINIT, OPEN_LIBCUDA, OPEN_PATH_TRUNCATED, PATH_LEN,
 };
 
 use super::{SysExitArgs, SyscallHead, O_CLOEXEC};
-use crate::helpers::{bump, config, count, emit, failure_allowed, header, ids, track_fd};
-use crate::maps::{PendingPath, INFLIGHT_CUINIT, OPENS, PENDING_OPEN, PENDING_PATH, SCRATCH_OPEN};
+use crate::helpers::{
+    bump, config, count, emit, failure_allowed, file_ids, file_of_fd, header, ids,
+    node_of_dev_name, track_fd,
+};
+use crate::maps::{
+    PendingPath, DEVFILES, INFLIGHT_CUINIT, OPENS, PENDING_OPEN, PENDING_PATH, SCRATCH_OPEN,
+};
 
 /// `O_ACCMODE` and `O_RDONLY` (`include/uapi/asm-generic/fcntl.h`).
 const O_ACCMODE: u64 = 0o3;
@@ -291,6 +296,27 @@ fn path_at(path: &[u8; PATH_LEN], i: usize) -> u8 {
     path[i]
 }
 
+/// A file just opened as `fd` that is not a character device but sits at a `/dev/nvidia*`
+/// name (by its own dentries, [`node_of_dev_name`]) goes into `DEVFILES`, so ioctls on any fd
+/// referring to it are identified; a character device needs nothing (its number says it).
+#[inline(always)]
+fn remember_dev_file(fd: u32) -> Option<()> {
+    let cfg = config()?;
+    let file = file_of_fd(cfg, fd)?;
+    let ids = file_ids(cfg, file)?;
+    if ids.is_chr {
+        return None;
+    }
+    let (node, minor) = node_of_dev_name(cfg, file)?;
+    let v = DevFile {
+        node,
+        minor,
+        _pad: [0; 6],
+    };
+    let _ = DEVFILES.insert(&ids.key, &v, 0);
+    Some(())
+}
+
 /// `syscalls:sys_exit_open`, `sys_exit_openat` and `sys_exit_openat2` ([`SysExitArgs`]):
 /// the pending open of this thread, whichever enter made it.
 #[tracepoint]
@@ -351,6 +377,7 @@ fn try_open_exit(ctx: &TracePointContext) -> Option<()> {
             0
         };
         track_fd(tgid, ret as u32, ev.node, ev.minor, fl, now);
+        remember_dev_file(ret as u32);
     }
     let in_cuinit = ev.flags & OPEN_IN_CUINIT != 0;
     // A failed open outside cuInit is subject to the process's failure-record budget (the

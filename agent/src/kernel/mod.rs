@@ -20,10 +20,12 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use uvmwatch_common::{
-    counter, CmdInfo, CmdKey, Config, FdInfo, FdKey, InflightCuinit, InflightIoctl, IoctlKey,
-    LatencyHist, OpenKey, ProcState, FD_CLOEXEC, FD_FROM_PROC, HIST_BUCKETS,
+    counter, kdev_from, CmdInfo, CmdKey, Config, DevFile, DevFileKey, FdInfo, FdKey,
+    InflightCuinit, InflightIoctl, IoctlKey, LatencyHist, OpenKey, ProcState, FD_CLOEXEC,
+    FD_FROM_PROC, HIST_BUCKETS,
 };
 
+pub mod btf;
 pub mod kallsyms;
 pub mod registry;
 pub mod tracefs;
@@ -83,6 +85,18 @@ pub struct Kernel {
     targets: StdHashMap<(u64, u64), LibcudaTarget>,
     /// Where tracefs is, when it is.
     pub tracefs: Option<PathBuf>,
+    /// What `CONFIG` holds (rewritten when `nvidia-uvm`'s major changes).
+    config: Config,
+}
+
+/// `nvidia-uvm`'s character major as `/proc/devices` lists it now (`None` while it is not
+/// registered, or when the file cannot be read).
+pub fn uvm_major() -> Option<u32> {
+    let text = std::fs::read_to_string(crate::doctor::collect::modules::DEVICES_PATH).ok()?;
+    crate::doctor::collect::modules::parse_devices(&text)
+        .ok()?
+        .get("nvidia-uvm")
+        .copied()
 }
 
 /// The `CMDS` entries of `layout`: every command with a status, UVM by request number, RM by
@@ -162,6 +176,7 @@ impl Kernel {
             uvm_loaded: false,
             targets: StdHashMap::new(),
             tracefs,
+            config: Config::default(),
         };
         k.load_layout(settings.layout)?;
         k.load_named_cmds()?;
@@ -225,6 +240,13 @@ impl Kernel {
             ),
             None => (None, None),
         };
+        let files = match btf::running_kernel_offsets() {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "no struct offsets from the kernel's BTF: ioctls are identified through the fd map only");
+                Default::default()
+            }
+        };
         let cfg = Config {
             slow_ioctl_ns: s.slow_ioctl_ns,
             agent_tgid: std::process::id(),
@@ -232,14 +254,42 @@ impl Kernel {
             exit_group_dead_off: exit_off.unwrap_or(0),
             ready: 1,
             failure_events_per_second: s.failure_events_per_second,
+            uvm_major: uvm_major().unwrap_or(0),
+            _pad: 0,
+            files,
         };
         if fork_off.is_none() {
             tracing::warn!("sched_process_fork format not readable; assuming child_pid at 44");
         }
+        self.set_config(cfg)
+    }
+
+    fn set_config(&mut self, cfg: Config) -> Result<()> {
         let mut a: Array<&mut MapData, Config> =
             Array::try_from(self.bpf.map_mut("CONFIG").context("map CONFIG")?)?;
         a.set(0, cfg, 0)?;
+        self.config = cfg;
         Ok(())
+    }
+
+    /// Re-reads `nvidia-uvm`'s major from `/proc/devices` and hands it to the programs when
+    /// it changed (a module reload may register another one). Returns the new major then.
+    pub fn refresh_uvm_major(&mut self) -> Option<u32> {
+        let major = uvm_major().unwrap_or(0);
+        if major == self.config.uvm_major {
+            return None;
+        }
+        let cfg = Config {
+            uvm_major: major,
+            ..self.config
+        };
+        match self.set_config(cfg) {
+            Ok(()) => Some(major),
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "writing nvidia-uvm's major to CONFIG");
+                None
+            }
+        }
     }
 
     fn load_programs(&mut self) {
@@ -422,6 +472,9 @@ impl Kernel {
     /// Checks whether `nvidia_uvm` was loaded or unloaded since the last check and attaches
     /// or detaches its kprobes. Returns `Some(loaded)` when it changed.
     pub fn refresh_module(&mut self) -> Option<bool> {
+        if let Some(m) = self.refresh_uvm_major() {
+            tracing::info!(major = m, "nvidia-uvm character major (0: not registered)");
+        }
         if !kprobes_supported() {
             return None;
         }
@@ -817,6 +870,27 @@ impl Kernel {
             opened_ns: now,
         };
         fds.insert(FdKey { tgid, fd }, info, 0)?;
+        Ok(())
+    }
+
+    /// Records a file that is not a character device but sits at a `/dev/nvidia*` name, open
+    /// before the agent started, in `DEVFILES`: `dev` is `stat`'s `st_dev` (converted to the
+    /// kernel-internal `dev_t` the programs read from `super_block.s_dev`).
+    pub fn seed_dev_file(&mut self, dev: u64, ino: u64, node: u8, minor: u8) -> Result<()> {
+        // aya's HashMap also opens LRU hash maps.
+        let mut m: HashMap<&mut MapData, DevFileKey, DevFile> =
+            HashMap::try_from(self.bpf.map_mut("DEVFILES").context("map DEVFILES")?)?;
+        let key = DevFileKey {
+            dev: kdev_from(libc::major(dev), libc::minor(dev)),
+            _pad: 0,
+            ino,
+        };
+        let v = DevFile {
+            node,
+            minor,
+            _pad: [0; 6],
+        };
+        m.insert(key, v, 0)?;
         Ok(())
     }
 

@@ -95,6 +95,7 @@ impl<K: KernelSide> Observer<K> {
                     procfs::NodeKind::UvmTools => (node::UVM_TOOLS, 0),
                 };
                 kinds.insert(f.fd, (kind, minor));
+                self.seed_dev_file(pid, f.fd, kind, minor);
                 if self
                     .kernel()
                     .seed_fd(pid, f.fd, kind, minor, f.cloexec)
@@ -112,6 +113,28 @@ impl<K: KernelSide> Observer<K> {
                 clock::monotonic_ns(),
                 Kind::FdsLearned { count: n },
             ));
+        }
+    }
+
+    /// An fd at a `/dev/nvidia*` name whose file is not a character device (a test double):
+    /// its (device, inode), from `stat` of `/proc/<pid>/fd/<fd>`, go to the kernel so ioctls
+    /// on it are identified. A character device needs nothing: its number identifies it.
+    fn seed_dev_file(&mut self, pid: u32, fd: u32, kind: u8, minor: u8) {
+        use std::os::unix::fs::MetadataExt;
+        let p = self
+            .cfg
+            .proc_root
+            .join(pid.to_string())
+            .join("fd")
+            .join(fd.to_string());
+        let Ok(m) = std::fs::metadata(&p) else {
+            return;
+        };
+        if m.mode() & libc::S_IFMT == libc::S_IFCHR {
+            return;
+        }
+        if let Err(e) = self.kernel().seed_dev_file(m.dev(), m.ino(), kind, minor) {
+            tracing::debug!(error = %format!("{e:#}"), path = %p.display(), "DEVFILES not seeded");
         }
     }
 

@@ -358,6 +358,14 @@ impl Collector for KernelCollector {
             )],
         ));
         out.push(family(
+            "uvmwatch_kernel_identify_mismatch_total",
+            MetricType::COUNTER,
+            vec![counter_metric(
+                vec![],
+                c[counter::IDENTIFY_MISMATCH as usize] as f64,
+            )],
+        ));
+        out.push(family(
             "uvmwatch_tracked_fds",
             MetricType::GAUGE,
             vec![gauge_metric(k.tracked_fds() as f64)],
