@@ -338,25 +338,39 @@ pub fn node_of(cfg: &Config, ids: &FileIds) -> (u8, u8) {
     }
 }
 
-/// The dentry a name is read from, and the mount (`struct mount *`) it is seen in.
+/// How many mounts a name is followed up through: a file bind-mounted at `/dev/nvidia-uvm`
+/// on a tmpfs that is itself mounted over the devtmpfs at `/dev` (the testbed) needs two.
+const MOUNT_CROSSINGS: usize = 4;
+
+/// The dentry a name is read from, and the mount (`struct mount *`) it is seen in: the root
+/// of a mount (a bind-mounted file, the root of a tmpfs at `/dev`) is named by where it is
+/// mounted, through stacked mounts.
 #[inline(always)]
 fn mounted_name(o: &FileOffsets, dentry: u64, mnt: u64) -> Option<(u64, u64)> {
-    // The root of a mount (a bind-mounted file, the root of a tmpfs at /dev) is named by
-    // where it is mounted.
-    let root: u64 = kread(mnt + o.mount_mnt as u64 + o.vfsmount_root as u64)?;
-    if dentry == root {
-        let at: u64 = kread(mnt + o.mount_mountpoint as u64)?;
-        let parent: u64 = kread(mnt + o.mount_parent as u64)?;
-        return Some((at, parent));
+    let (mut d, mut m) = (dentry, mnt);
+    let mut i = 0;
+    while i < MOUNT_CROSSINGS {
+        i += 1;
+        let root: u64 = kread(m + o.mount_mnt as u64 + o.vfsmount_root as u64)?;
+        if d != root {
+            break;
+        }
+        let parent: u64 = kread(m + o.mount_parent as u64)?;
+        if parent == m {
+            // The namespace's root mount is its own parent.
+            break;
+        }
+        d = kread(m + o.mount_mountpoint as u64)?;
+        m = parent;
     }
-    Some((dentry, mnt))
+    Some((d, m))
 }
 
 /// The node kind a file's name says, when it sits at `/dev/<name>`: the last component
-/// and its parent directory's, read from the file's own `f_path` (dentry names, crossing at
-/// most one mount for each: a file bind-mounted at `/dev/nvidia-uvm` is named by its mount
-/// point, and a `/dev` that is the root of a tmpfs by its own). The caller's path string is
-/// never read.
+/// and its parent directory's, read from the file's own `f_path` (dentry names, crossing up
+/// to [`MOUNT_CROSSINGS`] mounts for each: a file bind-mounted at `/dev/nvidia-uvm` is named
+/// by its mount point, and a `/dev` that is the root of a tmpfs by its own). The caller's
+/// path string is never read.
 #[inline(always)]
 pub fn node_of_dev_name(cfg: &Config, file: u64) -> Option<(u8, u8)> {
     let o = &cfg.files;
