@@ -109,6 +109,7 @@ impl crate::event::Listener for LogListener {
             Kind::CuinitEnd(c) => self.cuinit_end(ev, c),
             Kind::Ioctl(io) => {
                 if !io.failed
+                    || io.in_cuinit
                     || self.print_failure(ev, &format!("{} on {}", io.name, io.node), &io.result)
                 {
                     ioctl(ev, io);
@@ -308,7 +309,9 @@ impl crate::event::Listener for LogListener {
 
 impl LogListener {
     /// Whether a failure is printed: the first time for this process, call and result in a
-    /// while; the others are counted and summed up ([`text::Seen`]), in both formats.
+    /// while; the others are counted and summed up ([`text::Seen`]), in both formats. Calls
+    /// inside `cuInit` are not asked: each is part of a start-up's story (the kernel sends
+    /// them all, a few hundred a start), like the retry of a failed open.
     fn print_failure(&mut self, ev: &Event, call: &str, result: &str) -> bool {
         let key = text::FailureKey {
             pid: ev.pid().unwrap_or(0),
@@ -389,7 +392,7 @@ impl LogListener {
     fn open(&mut self, ev: &Event, o: &Open) {
         let (pid, tid, comm) = (ev.pid().unwrap_or(0), ev.tid, ev.comm.as_str());
         if let Some(errno) = &o.errno {
-            if !self.print_failure(ev, &format!("open {}", o.path), errno) {
+            if !o.in_cuinit && !self.print_failure(ev, &format!("open {}", o.path), errno) {
                 return;
             }
         }
@@ -785,10 +788,23 @@ mod tests {
         }
     }
 
-    /// A failed open with `f` attached, and its finding, as the observer sends them.
+    /// A failed open (outside `cuInit`) with `f` attached, and its finding, as the observer
+    /// sends them.
     fn failed_open(l: &mut LogListener, f: &Finding, t: u64) {
+        failed_open_in(l, f, t, false)
+    }
+
+    fn failed_open_in(l: &mut LogListener, f: &Finding, t: u64, in_cuinit: bool) {
         let p = mk::process();
-        let mut e = mk::open(&p, 4242, t, t + 10, "/dev/nvidia-uvm", Some("ENOENT"), true);
+        let mut e = mk::open(
+            &p,
+            4242,
+            t,
+            t + 10,
+            "/dev/nvidia-uvm",
+            Some("ENOENT"),
+            in_cuinit,
+        );
         if let Kind::Open(o) = &mut e.kind {
             o.findings = vec![Arc::new(f.clone())];
         }
@@ -838,6 +854,29 @@ mod tests {
         );
         assert!(lines[2].contains("failure repeated"), "{}", lines[2]);
         assert!(lines[2].contains("times=2"), "{}", lines[2]);
+    }
+
+    /// A start-up's failures are its story: inside `cuInit` each is written (the retry of a
+    /// failed open too), never summed up.
+    #[test]
+    fn failures_inside_cuinit_are_each_written() {
+        let f = finding("node_or_module_missing");
+        let lines = text_lines(|| {
+            let mut l = LogListener::new(Format::Text);
+            for t in [1_000, 2_000, 3_000] {
+                failed_open_in(&mut l, &f, t, true);
+            }
+            l.event(&Arc::new(mk::scan(20_000_000_000, 0)));
+        });
+        let opens = lines
+            .iter()
+            .filter(|l| l.contains("NVIDIA device open failed"))
+            .count();
+        assert_eq!(opens, 3, "{lines:#?}");
+        assert!(
+            !lines.iter().any(|l| l.contains("failure repeated")),
+            "{lines:#?}"
+        );
     }
 
     /// JSON keeps every field; a failure repeated is summed up there too (a flood of one

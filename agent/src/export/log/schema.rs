@@ -566,8 +566,9 @@ pub fn reference_markdown() -> String {
          Field names are kept across versions: a rename is announced here first. The text \
          format (`--log-format text`, the default on a terminal) shows the fields marked \
          *text*, leaves out empty ones, prints a finding in full once per process and rule \
-         (later records name its rule and runbook), and sums up a failure that repeats \
-         (same process, call and result) instead of printing it again.\n\n\
+         (later records name its rule and runbook). Both formats sum up a failure outside \
+         `cuInit` that repeats (same process, call and result) instead of writing it again \
+         (`repeated`, per `--log-repeat-window`).\n\n\
          Records other than these (from the loader, the exporters, at `debug` level) have no \
          `event` field and no stable schema.\n",
     );

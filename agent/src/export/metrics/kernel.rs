@@ -304,15 +304,21 @@ impl Collector for KernelCollector {
             cm,
         ));
         let cres = k.ctx_results().unwrap_or_default();
+        // Every call has its CUDA_SUCCESS series from the start, so dashboards and alerts
+        // never see "no data" before the first context is made.
+        let seeded =
+            (0..ctxcall::COUNT).map(|call| (uvmwatch_common::CtxResultKey { call, code: 0 }, 0u64));
         let crm = cres
             .iter()
+            .copied()
+            .chain(seeded)
             .map(|(key, n)| {
                 counter_metric(
                     labels(&[
                         ("call", ctxcall::name(key.call).to_string()),
                         ("result", nvidia::cu_result_name(key.code as i32 as i64)),
                     ]),
-                    *n as f64,
+                    n as f64,
                 )
             })
             .collect();
