@@ -562,11 +562,6 @@ fn fds_follow_fork_dup_close_and_exec() {
         !m.contains("ioctl=\"UVM_MIGRATE_RANGE_GROUP\""),
         "a close-on-exec fd reused after exec was still tracked:\n{m}"
     );
-    assert_eq!(
-        metric(&m, "uvmwatch_kernel_identify_mismatch_total", &[]),
-        Some(0.0),
-        "the file behind each fd and the fd map disagreed:\n{m}"
-    );
     assert!(agent.stop());
 }
 
@@ -607,11 +602,6 @@ fn fds_opened_before_the_agent_are_learned_from_proc() {
         ),
         Some(1.0),
         "{m}"
-    );
-    assert_eq!(
-        metric(&m, "uvmwatch_kernel_identify_mismatch_total", &[]),
-        Some(0.0),
-        "a double learned from /proc was identified differently by its file:\n{m}"
     );
     assert!(agent.stop());
 }

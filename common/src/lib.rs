@@ -20,9 +20,9 @@ pub const PATH_LEN: usize = 128;
 // Device nodes
 // ---------------------------------------------------------------------------------------------
 
-/// Kind of NVIDIA device node behind a file descriptor (`FdInfo::node`, `*Key::node`).
+/// Kind of NVIDIA device node behind a file descriptor (`DevFile::node`, `*Key::node`).
 pub mod node {
-    /// Not an NVIDIA node (or a tombstone for a closed, inherited fd).
+    /// Not an NVIDIA node.
     pub const NONE: u8 = 0;
     /// `/dev/nvidiactl` (char 195:255): RM control node.
     pub const CTL: u8 = 1;
@@ -76,6 +76,21 @@ pub fn classify_dev_path(p: &[u8; 32]) -> (u8, u8) {
 /// Bytes of a node's name [`classify_node_name`] looks at: `nvidia-uvm-tools` and its NUL
 /// fit.
 pub const NODE_NAME_LEN: usize = 24;
+
+/// Whether a NUL-terminated file name (a dentry's `d_name`) starts with `libcuda.so`: the
+/// CUDA driver library, whose read-only opens are libraries being loaded.
+#[inline(always)]
+pub fn is_libcuda_name(p: &[u8; NODE_NAME_LEN]) -> bool {
+    const NAME: &[u8; 10] = b"libcuda.so";
+    let mut i = 0;
+    while i < NAME.len() {
+        if p[i] != NAME[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
 
 /// Classify a NUL-terminated file name (the last path component, as a dentry's `d_name`
 /// holds it): `nvidiactl`, `nvidia<N>` (N = 0..=254, decimal, no leading zero),
@@ -191,60 +206,19 @@ pub const fn classify_rdev(rdev: u32, uvm_major: u32) -> (u8, u8) {
 // Maps: keys and values
 // ---------------------------------------------------------------------------------------------
 
-/// Key of the `FDS` map: one open NVIDIA file descriptor of a process.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub struct FdKey {
-    /// Process (thread-group) id, as the kernel sees it (init pid namespace).
-    pub tgid: u32,
-    /// File descriptor number.
-    pub fd: u32,
-}
-
-/// `FdInfo::flags` bit: the fd was opened with `O_CLOEXEC` (`exec` closes it).
-pub const FD_CLOEXEC: u8 = 1;
-/// `FdInfo::flags` bit: learned from `/proc/<pid>/fd` by user space, not seen being opened.
-pub const FD_FROM_PROC: u8 = 2;
-/// `FdInfo::flags` bit: copied from the parent after a `fork`.
-pub const FD_INHERITED: u8 = 4;
-
-/// Value of the `FDS` map.
-///
-/// An entry is valid only while `proc_gen` equals the process's [`ProcState::proc_gen`] and,
-/// for close-on-exec fds, `exec_gen` equals [`ProcState::exec_gen`]; stale entries are
-/// ignored by the kernel side and removed by the agent's sweeper.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct FdInfo {
-    /// Node kind, one of [`node`]; [`node::NONE`] marks a closed inherited fd (tombstone).
-    pub node: u8,
-    /// GPU minor for [`node::GPU`], else 0.
-    pub minor: u8,
-    /// `FD_*` bits.
-    pub flags: u8,
-    pub _pad: [u8; 5],
-    /// Generation of the process when the fd was recorded.
-    pub proc_gen: u64,
-    /// Exec generation of the process when the fd was recorded.
-    pub exec_gen: u64,
-    /// When the fd was recorded (ns, `CLOCK_MONOTONIC`).
-    pub opened_ns: u64,
-}
-
-/// Value of the `PROCS` map, keyed by tgid: processes that have touched an NVIDIA node or
-/// were forked from one.
+/// Value of the `PROCS` map, keyed by tgid: processes that opened an NVIDIA node or a
+/// libcuda file, were found holding an NVIDIA fd at start, or were forked from one of them.
+/// Only their ioctls are looked at (the gate of `ioctl_enter`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct ProcState {
-    /// Changes when a new process takes this tgid (ns timestamp of creation in the map).
-    pub proc_gen: u64,
-    /// Changes on every `exec` of the process.
-    pub exec_gen: u64,
-    /// Parent tgid whose fds this process inherited by `fork` (0 = none).
+    /// When the process entered the map (ns, `CLOCK_MONOTONIC`).
+    pub since_ns: u64,
+    /// The tgid of the process it was forked from, when it entered the map by `fork` (0
+    /// otherwise).
     pub parent_tgid: u32,
-    pub _pad: u32,
-    /// When the fork happened (ns): parent fds recorded later are not inherited.
-    pub forked_ns: u64,
+    /// 1 once the process exec'ed (it is no longer a copy of its parent).
+    pub execed: u32,
 }
 
 /// Key of the `CMDS` map: which ioctl commands have a known `rmStatus` location.
@@ -400,48 +374,39 @@ pub mod counter {
     pub const RINGBUF_DROPS: u32 = 0;
     /// An in-flight map was full: a call could not be tracked.
     pub const INFLIGHT_FULL: u32 = 1;
-    /// The `FDS` map was full: an fd could not be tracked.
-    pub const FDS_FULL: u32 = 2;
     /// A failure record (a failed call or open outside `cuInit`) not sent because its
     /// process went past [`super::Config::failure_events_per_second`]; the call is counted
     /// in the aggregates all the same.
-    pub const THROTTLED: u32 = 3;
-    /// An open's path could not be read at its entry nor at its exit: the open is not seen.
-    pub const PATH_UNREADABLE: u32 = 4;
-    /// `PROCS` was full: a process's fd generation or fork parent was not kept.
-    pub const PROCS_FULL: u32 = 5;
-    /// `PENDING_OPEN` was full: an open of an NVIDIA node or libcuda was not followed.
-    pub const PENDING_OPEN_FULL: u32 = 6;
-    /// `PENDING_PATH` was full: a path unreadable at entry could not be read at exit.
-    pub const PENDING_PATH_FULL: u32 = 7;
-    /// `PENDING_DUP` was full: a dup of a tracked fd was not followed.
-    pub const PENDING_DUP_FULL: u32 = 8;
+    pub const THROTTLED: u32 = 2;
+    /// A failed open's path could not be read at its exit (a bad address: the kernel could
+    /// not read it either): the failure is not classified. Successful opens are identified
+    /// by their file and need no path.
+    pub const PATH_UNREADABLE: u32 = 3;
+    /// `PROCS` was full: a process that uses NVIDIA nodes was not put in it, so its ioctls
+    /// are not looked at.
+    pub const PROCS_FULL: u32 = 4;
+    /// `PENDING_OPEN` was full: an open was not followed to its exit.
+    pub const PENDING_OPEN_FULL: u32 = 5;
     /// `IOCTL_HIST` was full: a call's latency was not counted.
-    pub const IOCTL_HIST_FULL: u32 = 9;
+    pub const IOCTL_HIST_FULL: u32 = 6;
     /// `IOCTL_RESULTS` was full: a call's result was not counted.
-    pub const IOCTL_RESULTS_FULL: u32 = 10;
+    pub const IOCTL_RESULTS_FULL: u32 = 7;
     /// `OPENS` was full: a device open was not counted.
-    pub const OPENS_FULL: u32 = 11;
+    pub const OPENS_FULL: u32 = 8;
     /// `KF_RESULTS` was full: a kernel function's result was not counted.
-    pub const KF_RESULTS_FULL: u32 = 12;
+    pub const KF_RESULTS_FULL: u32 = 9;
     /// `CTX_RESULTS` was full: a context or device call's result was not counted.
-    pub const CTX_RESULTS_FULL: u32 = 13;
-    /// An ioctl whose node the file behind its fd (read from the task's fd table) and the
-    /// `FDS` map disagreed on, either way (kept while both ways run side by side).
-    pub const IDENTIFY_MISMATCH: u32 = 14;
+    pub const CTX_RESULTS_FULL: u32 = 10;
     /// Number of counters.
-    pub const COUNT: u32 = 15;
+    pub const COUNT: u32 = 11;
     /// Every "map full" counter and the `map` label `uvmwatch_kernel_map_full_total` gives
-    /// it. The LRU maps (in-flight calls, kernel-function starts, failure budgets) recycle
-    /// their oldest entry instead of refusing one and have no counter; `INFLIGHT_FULL` counts
-    /// an in-flight insert refused all the same.
-    pub const MAP_FULL: [(u32, &str); 11] = [
+    /// it. The LRU maps (in-flight calls, kernel-function starts, failure budgets, the
+    /// doubles in `DEVFILES`) recycle their oldest entry instead of refusing one and have no
+    /// counter; `INFLIGHT_FULL` counts an in-flight insert refused all the same.
+    pub const MAP_FULL: [(u32, &str); 8] = [
         (INFLIGHT_FULL, "inflight"),
-        (FDS_FULL, "fds"),
         (PROCS_FULL, "procs"),
         (PENDING_OPEN_FULL, "pending_open"),
-        (PENDING_PATH_FULL, "pending_path"),
-        (PENDING_DUP_FULL, "pending_dup"),
         (IOCTL_HIST_FULL, "ioctl_hist"),
         (IOCTL_RESULTS_FULL, "ioctl_results"),
         (OPENS_FULL, "opens"),
@@ -664,7 +629,9 @@ pub struct OpenEvent {
     /// GPU minor for [`node::GPU`].
     pub minor: u8,
     pub _pad: [u8; 6],
-    /// The path as passed by the caller (in its mount namespace), NUL terminated.
+    /// The path as passed by the caller (in its mount namespace), NUL terminated, read at
+    /// the open's exit: for a failed open and for a libcuda load. Empty for a successful open
+    /// of an NVIDIA node, which is identified by its file, not its path.
     pub path: [u8; PATH_LEN],
 }
 
@@ -913,8 +880,6 @@ pub const MAX_EVENT_SIZE: usize = core::mem::size_of::<OpenEvent>();
 #[cfg(feature = "user")]
 mod pod {
     use super::*;
-    unsafe impl aya::Pod for FdKey {}
-    unsafe impl aya::Pod for FdInfo {}
     unsafe impl aya::Pod for ProcState {}
     unsafe impl aya::Pod for CmdKey {}
     unsafe impl aya::Pod for CmdInfo {}
@@ -972,6 +937,27 @@ mod tests {
             "/dev/null",
         ] {
             assert_eq!(classify_dev_path(&path(bad)), (node::NONE, 0), "{bad}");
+        }
+    }
+
+    #[test]
+    fn recognises_libcuda_names() {
+        let name = |s: &str| {
+            let mut p = [0u8; NODE_NAME_LEN];
+            p[..s.len()].copy_from_slice(s.as_bytes());
+            p
+        };
+        for good in ["libcuda.so", "libcuda.so.1", "libcuda.so.580.95.05"] {
+            assert!(is_libcuda_name(&name(good)), "{good}");
+        }
+        for bad in [
+            "libcuda",
+            "libcudart.so.12",
+            "libcuda.s",
+            "xlibcuda.so.1",
+            "",
+        ] {
+            assert!(!is_libcuda_name(&name(bad)), "{bad}");
         }
     }
 
@@ -1041,9 +1027,7 @@ mod tests {
         assert_eq!(size_of::<OpenEvent>(), 200);
         assert_eq!(size_of::<CuinitEvent>(), 72);
         assert_eq!(size_of::<TaskEvent>(), 72);
-        assert_eq!(size_of::<FdKey>(), 8);
-        assert_eq!(size_of::<FdInfo>(), 32);
-        assert_eq!(size_of::<ProcState>(), 32);
+        assert_eq!(size_of::<ProcState>(), 16);
         assert_eq!(size_of::<InflightIoctl>(), 32);
         assert_eq!(size_of::<InflightCuinit>(), 16);
         assert_eq!(size_of::<IoctlKey>(), 12);

@@ -1,5 +1,6 @@
-//! `ioctl` enter and exit, on tracked fds only (and on negative fds of tracked processes, as
-//! [`node::INVALID_FD`]). Enter puts the call in `INFLIGHT_IOCTL`; exit
+//! `ioctl` enter and exit, for the processes in `PROCS` only: on an fd whose file is an
+//! NVIDIA node (a character device by its number, a double by `DEVFILES`), and on a negative
+//! fd as [`node::INVALID_FD`]. Enter puts the call in `INFLIGHT_IOCTL`; exit
 //! removes it, adds the latency to `IOCTL_HIST` and the result to `IOCTL_RESULTS` (the errno,
 //! else the `rmStatus` read from the caller's params at the offset `CMDS` gives, else `OK`),
 //! and reports calls that failed, were slow or ran inside `cuInit`.
@@ -16,8 +17,7 @@ use uvmwatch_common::{
 
 use super::{SysExitArgs, SyscallHead};
 use crate::helpers::{
-    add_sample, bump, config, count, emit, failed, failure_allowed, file_ids, file_of_fd, header,
-    ids, node_of, resolve_fd,
+    add_sample, bump, config, count, emit, failed, failure_allowed, header, ids, node_of_fd,
 };
 use crate::maps::{
     CMDS, INFLIGHT_CUINIT, INFLIGHT_IOCTL, IOCTL_HIST, IOCTL_RESULTS, NAMED_CMDS, PROCS, ZERO_HIST,
@@ -61,23 +61,21 @@ pub fn ioctl_enter(ctx: TracePointContext) -> u32 {
 
 fn try_ioctl_enter(ctx: &TracePointContext) -> Option<()> {
     let (tgid, tid) = ids();
-    // One hash lookup for every process that never touched an NVIDIA node.
+    // One hash lookup for every process that never touched an NVIDIA node (the host's
+    // other ioctls: terminals, sockets, block devices) instead of reading its fd table.
     unsafe { PROCS.get(&tgid) }?;
+    let cfg = config()?;
     let args: SysEnterIoctlArgs = unsafe { ctx.read_at(0) }.ok()?;
     let fd = args.fd as u32;
     let (node, minor) = if (fd as i32) < 0 {
         // Not a node, but a call the process meant for one (`UVM_DEINITIALIZE` on -errno).
         (node::INVALID_FD, 0)
     } else {
-        let by_map = resolve_fd(tgid, fd).map(|i| (i.node, i.minor));
-        // Both ways side by side: a disagreement either way is counted, a file that could not
-        // be read (offsets unknown) as not an NVIDIA node.
-        let none = (node::NONE, 0);
-        if by_map.unwrap_or(none) != identify_fd(fd).unwrap_or(none) {
-            bump(counter::IDENTIFY_MISMATCH);
-        }
-        by_map?
+        node_of_fd(cfg, fd)?
     };
+    if node == node::NONE {
+        return None;
+    }
     let in_cuinit = unsafe { INFLIGHT_CUINIT.get(&tid) }.is_some();
     let e = InflightIoctl {
         start_ns: unsafe { bpf_ktime_get_ns() },
@@ -94,16 +92,6 @@ fn try_ioctl_enter(ctx: &TracePointContext) -> Option<()> {
         bump(counter::INFLIGHT_FULL);
     }
     Some(())
-}
-
-/// The node behind `fd`, from the file in the current task's fd table (`None` when the
-/// offsets are unknown or the fd is not open).
-#[inline(always)]
-fn identify_fd(fd: u32) -> Option<(u8, u8)> {
-    let cfg = config()?;
-    let file = file_of_fd(cfg, fd)?;
-    let ids = file_ids(cfg, file)?;
-    Some(node_of(cfg, &ids))
 }
 
 /// Whether user space can name request `cmd` on a node of kind `node_kind` (as

@@ -20,9 +20,8 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use uvmwatch_common::{
-    counter, kdev_from, CmdInfo, CmdKey, Config, DevFile, DevFileKey, FdInfo, FdKey,
-    InflightCuinit, InflightIoctl, IoctlKey, LatencyHist, OpenKey, ProcState, FD_CLOEXEC,
-    FD_FROM_PROC, HIST_BUCKETS,
+    counter, kdev_from, CmdInfo, CmdKey, Config, DevFile, DevFileKey, InflightCuinit,
+    InflightIoctl, IoctlKey, LatencyHist, OpenKey, ProcState, HIST_BUCKETS,
 };
 
 pub mod btf;
@@ -151,9 +150,6 @@ impl Kernel {
                 "loading eBPF programs needs root (CAP_SYS_ADMIN; docs/capabilities.md); run as root"
             ));
         }
-        if !Path::new("/sys/kernel/btf/vmlinux").exists() {
-            tracing::warn!("no BTF at /sys/kernel/btf/vmlinux; programs use no CO-RE, continuing");
-        }
         let bpf = EbpfLoader::new()
             .load(EBPF_OBJECT)
             .context("loading the uvmwatch eBPF object")?;
@@ -243,7 +239,7 @@ impl Kernel {
         let files = match btf::running_kernel_offsets() {
             Ok(o) => o,
             Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), "no struct offsets from the kernel's BTF: ioctls are identified through the fd map only");
+                tracing::warn!(error = %format!("{e:#}"), "no struct offsets from the kernel's BTF: successful device opens and driver calls cannot be identified (failed opens and cuInit still are)");
                 Default::default()
             }
         };
@@ -832,44 +828,18 @@ impl Kernel {
         Ok(out)
     }
 
-    /// Records an fd that was open before the agent started (from `/proc/<pid>/fd`).
-    pub fn seed_fd(
-        &mut self,
-        tgid: u32,
-        fd: u32,
-        node: u8,
-        minor: u8,
-        cloexec: bool,
-    ) -> Result<()> {
-        let now = crate::clock::monotonic_ns();
-        let p = {
-            let mut procs: HashMap<&mut MapData, u32, ProcState> =
-                HashMap::try_from(self.bpf.map_mut("PROCS").context("map")?)?;
-            match procs.get(&tgid, 0) {
-                Ok(p) => p,
-                Err(_) => {
-                    let p = ProcState {
-                        proc_gen: now,
-                        exec_gen: now,
-                        ..ProcState::default()
-                    };
-                    procs.insert(tgid, p, 0)?;
-                    p
-                }
-            }
-        };
-        let mut fds: HashMap<&mut MapData, FdKey, FdInfo> =
-            HashMap::try_from(self.bpf.map_mut("FDS").context("map")?)?;
-        let info = FdInfo {
-            node,
-            minor,
-            flags: FD_FROM_PROC | if cloexec { FD_CLOEXEC } else { 0 },
-            _pad: [0; 5],
-            proc_gen: p.proc_gen,
-            exec_gen: p.exec_gen,
-            opened_ns: now,
-        };
-        fds.insert(FdKey { tgid, fd }, info, 0)?;
+    /// Puts a process found holding an NVIDIA fd at start (from `/proc/<pid>/fd`) in
+    /// `PROCS`, so its ioctls are looked at (their files identify them).
+    pub fn seed_proc(&mut self, tgid: u32) -> Result<()> {
+        let mut procs: HashMap<&mut MapData, u32, ProcState> =
+            HashMap::try_from(self.bpf.map_mut("PROCS").context("map")?)?;
+        if procs.get(&tgid, 0).is_err() {
+            let p = ProcState {
+                since_ns: crate::clock::monotonic_ns(),
+                ..ProcState::default()
+            };
+            procs.insert(tgid, p, 0)?;
+        }
         Ok(())
     }
 
@@ -894,48 +864,28 @@ impl Kernel {
         Ok(())
     }
 
-    /// Removes `FDS` entries that no longer belong to a live process generation, and
-    /// `PROCS` entries of processes that are gone. `alive(tgid)` says whether a tgid exists.
-    /// Returns the number of fd entries removed.
+    /// Removes the `PROCS` entries of processes that are gone (a missed exit: the agent was
+    /// not running, or the map was read between a pid's reuse). `alive(tgid)` says whether a
+    /// tgid exists. Returns the number of entries removed.
     pub fn sweep(&mut self, alive: impl Fn(u32) -> bool) -> Result<usize> {
-        let procs_live: StdHashMap<u32, ProcState> = {
-            let mut procs: HashMap<&mut MapData, u32, ProcState> =
-                HashMap::try_from(self.bpf.map_mut("PROCS").context("map")?)?;
-            let all: Vec<(u32, ProcState)> = procs.iter().filter_map(|r| r.ok()).collect();
-            let mut live = StdHashMap::new();
-            for (t, p) in all {
-                if alive(t) {
-                    live.insert(t, p);
-                } else {
-                    let _ = procs.remove(&t);
-                }
-            }
-            live
-        };
-        let mut fds: HashMap<&mut MapData, FdKey, FdInfo> =
-            HashMap::try_from(self.bpf.map_mut("FDS").context("map")?)?;
-        let all: Vec<(FdKey, FdInfo)> = fds.iter().filter_map(|r| r.ok()).collect();
+        let mut procs: HashMap<&mut MapData, u32, ProcState> =
+            HashMap::try_from(self.bpf.map_mut("PROCS").context("map")?)?;
+        let all: Vec<u32> = procs.keys().filter_map(|r| r.ok()).collect();
         let mut removed = 0;
-        for (k, e) in all {
-            let keep = match procs_live.get(&k.tgid) {
-                None => false,
-                Some(p) => {
-                    e.proc_gen == p.proc_gen
-                        && (e.flags & FD_CLOEXEC == 0 || e.exec_gen == p.exec_gen)
-                }
-            };
-            if !keep && fds.remove(&k).is_ok() {
+        for t in all {
+            if !alive(t) && procs.remove(&t).is_ok() {
                 removed += 1;
             }
         }
         Ok(removed)
     }
 
-    /// Number of tracked fds (for self-monitoring).
-    pub fn tracked_fds(&self) -> usize {
+    /// Number of processes in `PROCS`, whose ioctls the kernel side looks at (for
+    /// self-monitoring).
+    pub fn tracked_processes(&self) -> usize {
         self.bpf
-            .map("FDS")
-            .and_then(|m| HashMap::<_, FdKey, FdInfo>::try_from(m).ok())
+            .map("PROCS")
+            .and_then(|m| HashMap::<_, u32, ProcState>::try_from(m).ok())
             .map(|h| h.keys().count())
             .unwrap_or(0)
     }

@@ -73,8 +73,10 @@ impl<K: KernelSide> Observer<K> {
         }
     }
 
-    /// NVIDIA fds that processes opened before the agent started, from `/proc/<pid>/fd`,
-    /// put in the kernel's fd map (and the threads blocked in a call on one of them).
+    /// Processes holding NVIDIA fds opened before the agent started, from `/proc/<pid>/fd`:
+    /// their ioctls are looked at from now on (their files identify them; a double's
+    /// (device, inode) is handed over), and the threads blocked in a call on one of them are
+    /// put in flight.
     pub(super) fn seed_fds(&mut self) {
         let pids = procfs::list_pids(&self.cfg.proc_root).unwrap_or_default();
         let me = std::process::id();
@@ -96,17 +98,15 @@ impl<K: KernelSide> Observer<K> {
                 };
                 kinds.insert(f.fd, (kind, minor));
                 self.seed_dev_file(pid, f.fd, kind, minor);
-                if self
-                    .kernel()
-                    .seed_fd(pid, f.fd, kind, minor, f.cloexec)
-                    .is_ok()
-                {
-                    n += 1;
-                }
             }
-            if !kinds.is_empty() {
-                self.seed_blocked_ioctls(pid, &kinds);
+            if kinds.is_empty() {
+                continue;
             }
+            match self.kernel().seed_proc(pid) {
+                Ok(()) => n += kinds.len(),
+                Err(e) => tracing::debug!(error = %format!("{e:#}"), pid, "PROCS not seeded"),
+            }
+            self.seed_blocked_ioctls(pid, &kinds);
         }
         if n > 0 {
             self.dispatch(Event::agent(

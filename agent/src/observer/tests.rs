@@ -89,7 +89,7 @@ impl KernelSide for FakeKernel {
     fn sweep(&mut self, _alive: &dyn Fn(u32) -> bool) -> Result<usize> {
         Ok(0)
     }
-    fn seed_fd(&mut self, _: u32, _: u32, _: u8, _: u8, _: bool) -> Result<()> {
+    fn seed_proc(&mut self, _: u32) -> Result<()> {
         Ok(())
     }
     fn seed_dev_file(&mut self, dev: u64, ino: u64, node: u8, minor: u8) -> Result<()> {
