@@ -547,9 +547,9 @@ def ioctls():
                      "--ioctl-stall (5s by default) now, by agent and ioctl.",
                      [target(f"sum by (instance, call) (uvmwatch_stalled_calls{S_NOT_CUINIT})",
                              "{{instance}} {{call}}")], "none"), 12, 8)
-    L.add(timeseries("Tracked device fds", "Open NVIDIA device fds the kernel side is "
-                     "tracking, by agent.",
-                     [target(f"sum by (instance) (uvmwatch_tracked_fds{sel()})",
+    L.add(timeseries("Tracked processes", "Processes whose ioctls the kernel side looks at "
+                     "(NVIDIA users and their children), by agent.",
+                     [target(f"sum by (instance) (uvmwatch_tracked_processes{sel()})",
                              "{{instance}}")], "none"), 12, 8)
     extra = (
         query_var("device", "Device node",
@@ -604,8 +604,8 @@ def agent():
                      "because a kernel map was full, by map.",
                      [target(f"sum by (instance, map) (rate(uvmwatch_kernel_map_full_total{sel()}[$__rate_interval]))",
                              "{{instance}} {{map}}")], "ops"), 8, 7)
-    L.add(timeseries("Tracked device fds", "Open NVIDIA device fds the kernel side tracks.",
-                     [target(f"uvmwatch_tracked_fds{sel()}", "{{instance}}")], "none"), 8, 7)
+    L.add(timeseries("Tracked processes", "Processes whose ioctls the kernel side looks at.",
+                     [target(f"uvmwatch_tracked_processes{sel()}", "{{instance}}")], "none"), 8, 7)
     L.add(table("Versions", "Agent version and kernel release per agent "
                 "(uvmwatch_build_info).",
                 [target(f"uvmwatch_build_info{sel()}", instant=True, fmt="table")],

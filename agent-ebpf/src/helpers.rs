@@ -1,20 +1,21 @@
 //! What every probe uses: the settings, the caller's ids, counters, record headers and
-//! sending, the per-CPU aggregates, and the fd table (`FDS` and `PROCS`, with `fork`
-//! inheritance).
+//! sending, the per-CPU aggregates, the processes whose ioctls are looked at (`PROCS`), and
+//! the file behind an fd, read from the task's own fd table and identified by what it is.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task,
+        bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes,
+    },
     maps::PerCpuHashMap,
 };
 use uvmwatch_common::{
-    counter, node, result, Config, EventHeader, FdInfo, FdKey, LatencyHist, ProcState, RateWindow,
-    COMM_LEN, FD_CLOEXEC, FD_INHERITED,
+    classify_node_name, classify_rdev, counter, is_libcuda_name, node, result, Config, DevFileKey,
+    EventHeader, FileOffsets, LatencyHist, ProcState, RateWindow, COMM_LEN, NODE_NAME_LEN, S_IFCHR,
+    S_IFMT,
 };
 
-use crate::maps::{CONFIG, COUNTERS, EVENTS, FAILURE_RATE, FDS, PROCS};
-
-/// How many fork generations an inherited fd is looked up through.
-const INHERIT_DEPTH: usize = 3;
+use crate::maps::{CONFIG, COUNTERS, DEVFILES, EVENTS, FAILURE_RATE, PROCS};
 
 // ---------------------------------------------------------------------------------------------
 // settings, ids, records
@@ -144,21 +145,20 @@ pub fn failed(kind: u8, code: u32) -> bool {
 }
 
 // ---------------------------------------------------------------------------------------------
-// the fd table
+// the processes looked at
 // ---------------------------------------------------------------------------------------------
 
-/// The state of `tgid`, made now when the process is not known yet.
+/// The state of `tgid` in `PROCS`, put there now (its ioctls are looked at from now on)
+/// when it is not; a full map is counted.
 #[inline(always)]
 pub fn ensure_proc(tgid: u32, now: u64) -> Option<ProcState> {
     if let Some(p) = unsafe { PROCS.get(&tgid) } {
         return Some(*p);
     }
     let p = ProcState {
-        proc_gen: now,
-        exec_gen: now,
+        since_ns: now,
         parent_tgid: 0,
-        _pad: 0,
-        forked_ns: 0,
+        execed: 0,
     };
     if PROCS.insert(&tgid, &p, 0).is_err() {
         bump(counter::PROCS_FULL);
@@ -167,98 +167,150 @@ pub fn ensure_proc(tgid: u32, now: u64) -> Option<ProcState> {
     Some(p)
 }
 
+// ---------------------------------------------------------------------------------------------
+// the file behind an fd
+// ---------------------------------------------------------------------------------------------
+
+/// A kernel value of type `T` at `addr`.
 #[inline(always)]
-fn entry_valid(e: &FdInfo, p: &ProcState) -> bool {
-    e.proc_gen == p.proc_gen && (e.flags & FD_CLOEXEC == 0 || e.exec_gen == p.exec_gen)
+fn kread<T>(addr: u64) -> Option<T> {
+    unsafe { bpf_probe_read_kernel(addr as *const T) }.ok()
 }
 
-/// Looks up the NVIDIA node behind (tgid, fd), following `fork` inheritance.
-///
-/// An fd inherited from a parent is copied into the child's own entry the first time it is
-/// used, so later lookups are one hash lookup.
+/// The `struct file *` behind `fd` in the current task's fd table:
+/// `task_struct.files -> files_struct.fdt -> fdtable.fd[fd]` (offsets from BTF, in
+/// [`Config::files`]). `None` when the offsets are unknown, the fd is past `max_fds` or not
+/// open.
 #[inline(always)]
-pub fn resolve_fd(tgid: u32, fd: u32) -> Option<FdInfo> {
-    let me = *unsafe { PROCS.get(&tgid) }?;
-    let key = FdKey { tgid, fd };
-    if let Some(e) = unsafe { FDS.get(&key) } {
-        if e.node != node::NONE && entry_valid(e, &me) {
-            return Some(*e);
-        }
+pub fn file_of_fd(cfg: &Config, fd: u32) -> Option<u64> {
+    let o = &cfg.files;
+    if o.ready == 0 {
         return None;
     }
-    // Not recorded for this process: maybe inherited through fork.
-    let mut child = me;
+    let task = unsafe { bpf_get_current_task() };
+    let files: u64 = kread(task + o.task_files as u64)?;
+    let fdt: u64 = kread(files + o.files_fdt as u64)?;
+    let max: u32 = kread(fdt + o.fdt_max_fds as u64)?;
+    if fd >= max {
+        return None;
+    }
+    let arr: u64 = kread(fdt + o.fdt_fd as u64)?;
+    let f: u64 = kread(arr + fd as u64 * 8)?;
+    (f != 0).then_some(f)
+}
+
+/// What a file is, as far as identifying it goes: a character device by its number, any
+/// other file by its (superblock device, inode).
+#[derive(Clone, Copy)]
+pub enum FileId {
+    Chr { rdev: u32 },
+    Other { key: DevFileKey },
+}
+
+/// [`FileId`] of `struct file *file` (two reads for a character device, four otherwise).
+#[inline(always)]
+pub fn file_id(cfg: &Config, file: u64) -> Option<FileId> {
+    let o = &cfg.files;
+    let inode: u64 = kread(file + o.file_inode as u64)?;
+    let mode: u16 = kread(inode + o.inode_mode as u64)?;
+    if mode & S_IFMT == S_IFCHR {
+        let rdev: u32 = kread(inode + o.inode_rdev as u64)?;
+        return Some(FileId::Chr { rdev });
+    }
+    let ino: u64 = kread(inode + o.inode_ino as u64)?;
+    let sb: u64 = kread(inode + o.inode_sb as u64)?;
+    let dev: u32 = kread(sb + o.sb_dev as u64)?;
+    Some(FileId::Other {
+        key: DevFileKey { dev, _pad: 0, ino },
+    })
+}
+
+/// The NVIDIA node `id` stands for: a character device by its number
+/// ([`classify_rdev`]), any other file by `DEVFILES` (filled when it was opened at a
+/// `/dev/nvidia*` name, or by user space for files open before the agent started).
+#[inline(always)]
+pub fn node_of(cfg: &Config, id: &FileId) -> (u8, u8) {
+    match id {
+        FileId::Chr { rdev } => classify_rdev(*rdev, cfg.uvm_major),
+        FileId::Other { key } => match unsafe { DEVFILES.get(key) } {
+            Some(d) => (d.node, d.minor),
+            None => (node::NONE, 0),
+        },
+    }
+}
+
+/// The NVIDIA node behind `fd` of the current task (`None` when the offsets are unknown or
+/// the fd is not open; `node::NONE` for any other file).
+#[inline(always)]
+pub fn node_of_fd(cfg: &Config, fd: u32) -> Option<(u8, u8)> {
+    let file = file_of_fd(cfg, fd)?;
+    let id = file_id(cfg, file)?;
+    Some(node_of(cfg, &id))
+}
+
+/// How many mounts a name is followed up through: a file bind-mounted at `/dev/nvidia-uvm`
+/// on a tmpfs that is itself mounted over the devtmpfs at `/dev` (the testbed) needs two.
+const MOUNT_CROSSINGS: usize = 4;
+
+/// The dentry a name is read from, and the mount (`struct mount *`) it is seen in: the root
+/// of a mount (a bind-mounted file, the root of a tmpfs at `/dev`) is named by where it is
+/// mounted, through stacked mounts.
+#[inline(always)]
+fn mounted_name(o: &FileOffsets, dentry: u64, mnt: u64) -> Option<(u64, u64)> {
+    let (mut d, mut m) = (dentry, mnt);
     let mut i = 0;
-    while i < INHERIT_DEPTH {
+    while i < MOUNT_CROSSINGS {
         i += 1;
-        let parent = child.parent_tgid;
-        if parent == 0 {
-            return None;
+        let root: u64 = kread(m + o.mount_mnt as u64 + o.vfsmount_root as u64)?;
+        if d != root {
+            break;
         }
-        let pstate = *unsafe { PROCS.get(&parent) }?;
-        let pk = FdKey { tgid: parent, fd };
-        if let Some(e) = unsafe { FDS.get(&pk) } {
-            if e.node == node::NONE || !entry_valid(e, &pstate) || e.opened_ns > child.forked_ns {
-                return None;
-            }
-            // This process exec'ed since the fork: close-on-exec fds did not survive.
-            if e.flags & FD_CLOEXEC != 0 && me.exec_gen != me.proc_gen {
-                return None;
-            }
-            let mut mine = *e;
-            mine.proc_gen = me.proc_gen;
-            mine.exec_gen = me.exec_gen;
-            mine.flags |= FD_INHERITED;
-            if FDS.insert(&key, &mine, 0).is_err() {
-                bump(counter::FDS_FULL);
-            }
-            return Some(mine);
+        let parent: u64 = kread(m + o.mount_parent as u64)?;
+        if parent == m {
+            // The namespace's root mount is its own parent.
+            break;
         }
-        child = pstate;
+        d = kread(m + o.mount_mountpoint as u64)?;
+        m = parent;
     }
-    None
+    Some((d, m))
 }
 
-/// Records (tgid, fd) as an open node of `node_kind`.
-#[inline(always)]
-pub fn track_fd(tgid: u32, fd: u32, node_kind: u8, minor: u8, flags: u8, now: u64) {
-    let Some(p) = ensure_proc(tgid, now) else {
-        bump(counter::FDS_FULL);
-        return;
-    };
-    let info = FdInfo {
-        node: node_kind,
-        minor,
-        flags,
-        _pad: [0; 5],
-        proc_gen: p.proc_gen,
-        exec_gen: p.exec_gen,
-        opened_ns: now,
-    };
-    if FDS.insert(&FdKey { tgid, fd }, &info, 0).is_err() {
-        bump(counter::FDS_FULL);
-    }
+/// What a file that is not a character device is named as.
+pub enum Named {
+    /// A `/dev/nvidia*` node name (kind, minor): a double of that node.
+    Node(u8, u8),
+    /// A `libcuda.so*` file.
+    Libcuda,
 }
 
-/// Forgets (tgid, fd); leaves a tombstone where a parent's fd could otherwise be inherited.
+/// What a file's own name says (its `f_path`'s dentry, crossing up to [`MOUNT_CROSSINGS`]
+/// mounts: a file bind-mounted at `/dev/nvidia-uvm` is named by its mount point, and a
+/// `/dev` that is the root of a tmpfs by its own): a `/dev/nvidia*` node when it sits in a
+/// directory named `dev`, or a `libcuda.so*` file anywhere. The caller's path string is
+/// never read.
 #[inline(always)]
-pub fn untrack_fd(tgid: u32, fd: u32) {
-    let Some(p) = (unsafe { PROCS.get(&tgid) }) else {
-        return;
-    };
-    let key = FdKey { tgid, fd };
-    if p.parent_tgid != 0 {
-        let tomb = FdInfo {
-            node: node::NONE,
-            minor: 0,
-            flags: 0,
-            _pad: [0; 5],
-            proc_gen: p.proc_gen,
-            exec_gen: p.exec_gen,
-            opened_ns: 0,
-        };
-        let _ = FDS.insert(&key, &tomb, 0);
-    } else {
-        let _ = FDS.remove(&key);
+pub fn file_name_kind(cfg: &Config, file: u64) -> Option<Named> {
+    let o = &cfg.files;
+    let dentry: u64 = kread(file + o.file_dentry as u64)?;
+    let vfsmnt: u64 = kread(file + o.file_mnt as u64)?;
+    let mnt = vfsmnt.wrapping_sub(o.mount_mnt as u64);
+    let (d, mnt) = mounted_name(o, dentry, mnt)?;
+    let mut name = [0u8; NODE_NAME_LEN];
+    let p: u64 = kread(d + o.dentry_name as u64)?;
+    unsafe { bpf_probe_read_kernel_str_bytes(p as *const u8, &mut name) }.ok()?;
+    if is_libcuda_name(&name) {
+        return Some(Named::Libcuda);
     }
+    let kind = classify_node_name(&name);
+    if kind.0 == node::NONE {
+        return None;
+    }
+    let parent: u64 = kread(d + o.dentry_parent as u64)?;
+    let (pd, _) = mounted_name(o, parent, mnt)?;
+    let mut pname = [0u8; 8];
+    let pp: u64 = kread(pd + o.dentry_name as u64)?;
+    unsafe { bpf_probe_read_kernel_str_bytes(pp as *const u8, &mut pname) }.ok()?;
+    (pname[0] == b'd' && pname[1] == b'e' && pname[2] == b'v' && pname[3] == 0)
+        .then_some(Named::Node(kind.0, kind.1))
 }

@@ -6,7 +6,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use uvmwatch_common::{
-    counter, ctxcall, kfunc, CmdInfo, CmdKey, Config, CtxKey, CtxResultKey, FdInfo, FdKey,
+    counter, ctxcall, kfunc, CmdInfo, CmdKey, Config, CtxKey, CtxResultKey, DevFile, DevFileKey,
     InflightCtx, InflightCuinit, InflightIoctl, IoctlKey, KfKey, KfResultKey, LatencyHist,
     OpenEvent, OpenKey, ProcState, RateWindow,
 };
@@ -45,14 +45,18 @@ pub static EVENTS: RingBuf = RingBuf::with_byte_size(512 * 1024, 0);
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
 
 // ---------------------------------------------------------------------------------------------
-// fd and process state
+// files and processes
 // ---------------------------------------------------------------------------------------------
 
-/// Open NVIDIA nodes per (tgid, fd), with tombstones for closed inherited fds.
+/// Files that are not character devices but were opened at a `/dev/nvidia*` name (test
+/// doubles: FUSE files bind-mounted there), by (superblock device, inode): what node each
+/// stands for. Filled at open and by user space for files open before the agent started;
+/// LRU, so stale entries of deleted files age out.
 #[map]
-pub static FDS: HashMap<FdKey, FdInfo> = HashMap::with_max_entries(65536, 0);
-/// Processes that touched an NVIDIA node or were forked from one, by tgid: generations for
-/// `FDS` validity, and the parent for fork inheritance.
+pub static DEVFILES: LruHashMap<DevFileKey, DevFile> = LruHashMap::with_max_entries(4096, 0);
+/// Processes whose ioctls are looked at, by tgid: those that opened an NVIDIA node or a
+/// libcuda file, those user space found holding an NVIDIA fd at start, and those forked
+/// from any of them. One lookup here is all an ioctl of any other process costs.
 #[map]
 pub static PROCS: HashMap<u32, ProcState> = HashMap::with_max_entries(16384, 0);
 
@@ -67,16 +71,10 @@ pub static INFLIGHT_IOCTL: LruHashMap<u32, InflightIoctl> = LruHashMap::with_max
 /// sees it.
 #[map]
 pub static INFLIGHT_CUINIT: LruHashMap<u32, InflightCuinit> = LruHashMap::with_max_entries(8192, 0);
-/// An `open`, `openat` or `openat2` between enter and exit. Only NVIDIA nodes and libcuda files.
+/// Every `open`, `openat` or `openat2` between enter and exit (the path's address, not the
+/// path): the exit identifies the new file, and reads the path only of a failed open.
 #[map]
-pub static PENDING_OPEN: HashMap<u32, OpenEvent> = HashMap::with_max_entries(4096, 0);
-/// An open whose path could not be read at entry (its page not mapped yet): the path's
-/// address, for the exit to read it again.
-#[map]
-pub static PENDING_PATH: HashMap<u32, PendingPath> = HashMap::with_max_entries(4096, 0);
-/// A `dup*`/`fcntl(F_DUPFD*)` of a tracked fd between enter and exit.
-#[map]
-pub static PENDING_DUP: HashMap<u32, PendingDup> = HashMap::with_max_entries(4096, 0);
+pub static PENDING_OPEN: HashMap<u32, PendingOpen> = HashMap::with_max_entries(4096, 0);
 /// CUDA context and device calls between entry and return, per (thread, slot): the
 /// `cuCtxCreate` versions share a slot, so only the outermost of nested ones counts.
 #[map]
@@ -89,10 +87,10 @@ pub static DEVCOUNT_SENT: LruHashMap<u32, i32> = LruHashMap::with_max_entries(81
 #[map]
 pub static KF_START: LruHashMap<KfKey, u64> = LruHashMap::with_max_entries(16384, 0);
 
-/// Value of [`PENDING_PATH`].
+/// Value of [`PENDING_OPEN`].
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct PendingPath {
+pub struct PendingOpen {
     /// User-space address of the path.
     pub filename: u64,
     /// The `O_*` flags of the open.
@@ -101,18 +99,6 @@ pub struct PendingPath {
     /// 1 when the open is inside `cuInit`.
     pub in_cuinit: u32,
     pub _pad: u32,
-}
-
-/// Value of [`PENDING_DUP`].
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct PendingDup {
-    pub info: FdInfo,
-    /// Target fd of `dup2`/`dup3` (-1 for `dup`/`fcntl`).
-    pub newfd: i64,
-    /// 1 when the source fd is tracked; 0 when only the target of a `dup2/3` is.
-    pub src_tracked: u32,
-    pub cloexec: u32,
 }
 
 // ---------------------------------------------------------------------------------------------

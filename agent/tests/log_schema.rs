@@ -172,7 +172,7 @@ const TIMED: &[&str] = &[
     "uvmwatch_driver_ioctl_duration_seconds",
     "uvmwatch_kernel_function_duration_seconds",
     "uvmwatch_cuda_context_duration_seconds",
-    "uvmwatch_tracked_fds",
+    "uvmwatch_tracked_processes",
     "uvmwatch_libcuda_targets",
     // Records the agent received: its own scans and the machine's other processes vary.
     "uvmwatch_events_received_total",

@@ -1,9 +1,9 @@
-//! Every way the kernel side can lose something, provoked, and the counter that says so:
-//! an open whose path is not paged in at entry (read again at exit: seen, not lost),
-//! thousands of distinct ioctl numbers (they share one aggregate key: nothing fills, a real
-//! failure after them is still counted), and more tracked fds than the fd map holds
-//! (`uvmwatch_kernel_map_full_total{map="fds"}`). The event flood and its throttle are in
-//! `load.rs`. Root only; single-threaded.
+//! Every way the kernel side could lose something, provoked, and the counter that says so:
+//! an open whose path is not paged in at entry (identified at exit by the file it returned:
+//! seen, not lost), thousands of distinct ioctl numbers (they share one aggregate key:
+//! nothing fills, a real failure after them is still counted), and more copies of NVIDIA fds
+//! than any kernel map holds (no fd is tracked: each is identified by its file, and nothing
+//! fills). The event flood and its throttle are in `load.rs`. Root only; single-threaded.
 
 mod common;
 
@@ -51,11 +51,27 @@ fn metrics_when(agent: &Agent, ok: impl Fn(&str) -> bool) -> String {
     }
 }
 
+/// Successful opens of `/dev/nvidia-uvm` counted so far.
+fn uvm_opens(agent: &Agent) -> f64 {
+    metric(
+        &agent.metrics(),
+        "uvmwatch_device_opens_total",
+        &[("node", "nvidia-uvm"), ("result", "success")],
+    )
+    .unwrap_or(0.0)
+}
+
 #[test]
 fn an_open_whose_path_is_not_paged_in_is_still_seen() {
     require_env!("an_open_whose_path_is_not_paged_in_is_still_seen");
     let agent = Agent::start(&[]);
     let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
+    // The same start-up without and then with the cold open: the second counts exactly one
+    // open of /dev/nvidia-uvm more than the first.
+    run(&dev, Scenario::Success, &[]);
+    std::thread::sleep(Duration::from_millis(200));
+    let plain = uvm_opens(&agent);
+    assert!(plain > 0.0, "the start-up's own opens were not counted");
     let out = run(&dev, Scenario::Success, &["--cold-open"]);
     let line = out
         .lines()
@@ -88,6 +104,12 @@ fn an_open_whose_path_is_not_paged_in_is_still_seen() {
     assert_eq!(
         metric(&m, "uvmwatch_device_open_paths_unreadable_total", &[]),
         Some(0.0)
+    );
+    let with_cold = uvm_opens(&agent) - plain;
+    assert_eq!(
+        with_cold,
+        plain + 1.0,
+        "the cold open was not counted: {plain} opens without it, {with_cold} with it"
     );
     assert!(agent.stop());
 }
@@ -144,13 +166,14 @@ fn thousands_of_distinct_ioctl_numbers_fill_nothing_and_later_failures_are_count
 }
 
 #[test]
-fn more_fds_than_the_fd_map_holds_are_counted_as_map_full() {
-    require_env!("more_fds_than_the_fd_map_holds_are_counted_as_map_full");
+fn more_fd_copies_than_any_map_holds_are_each_identified() {
+    require_env!("more_fd_copies_than_any_map_holds_are_each_identified");
     let agent = Agent::start(&[]);
     let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
-    // The fd map holds 65536 entries (agent-ebpf/src/maps.rs); one process may hold only
+    // 120000 copies of /dev/nvidia-uvm fds held at once (more than the 65536 entries the
+    // old fd map had, more than any map of the kernel side holds); one process may hold only
     // RLIMIT_NOFILE's hard limit (root here cannot raise it: no CAP_SYS_RESOURCE), so four
-    // processes hold theirs at once.
+    // processes hold theirs at once. Each then calls FICLONE on its last copy.
     let mut ws: Vec<Workload> = (0..4)
         .map(|_| {
             common::spawn_workload(
@@ -171,13 +194,40 @@ fn more_fds_than_the_fd_map_holds_are_counted_as_map_full() {
             .find_map(|l| l.strip_prefix("dup_fds="))
             .and_then(|n| n.parse::<u64>().ok())
             .unwrap_or_else(|| panic!("no dup_fds line: {}", out.stdout));
+        let ioctl = out
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("dup_ioctl "))
+            .unwrap_or_else(|| panic!("no dup_ioctl line: {}", out.stdout));
+        assert!(ioctl.ends_with("errno=9"), "{ioctl}");
     }
-    assert!(held > 70_000, "only {held} fds held: the map cannot fill");
-    let m = metrics_when(&agent, |m| {
-        metric(m, "uvmwatch_kernel_map_full_total", &[("map", "fds")]).unwrap_or(0.0) > 0.0
-    });
-    let full = metric(&m, "uvmwatch_kernel_map_full_total", &[("map", "fds")]).unwrap_or(0.0);
-    eprintln!("measured: {held} fds held at once, {full} refused by the full fd map");
-    assert!(full > 0.0, "fds map full counted {full}");
+    assert!(held > 70_000, "only {held} fds held");
+    // The only EBADFs on /dev/nvidia-uvm are the four FICLONEs on the last copies, each
+    // seen only if its fd (tens of thousands after the open) was identified.
+    let ebadf = |m: &str| {
+        metric(
+            m,
+            "uvmwatch_driver_ioctl_calls_total",
+            &[
+                ("node", "nvidia-uvm"),
+                ("ioctl", "unknown"),
+                ("result", "EBADF"),
+            ],
+        )
+        .unwrap_or(0.0)
+    };
+    let m = metrics_when(&agent, |m| ebadf(m) >= 4.0);
+    eprintln!(
+        "measured: {held} fds held at once, {} calls on the last copies seen",
+        ebadf(&m)
+    );
+    assert_eq!(ebadf(&m), 4.0, "{m}");
+    for map in uvmwatch_common::counter::MAP_FULL.map(|(_, m)| m) {
+        assert_eq!(
+            metric(&m, "uvmwatch_kernel_map_full_total", &[("map", map)]),
+            Some(0.0),
+            "map {map}"
+        );
+    }
     assert!(agent.stop());
 }

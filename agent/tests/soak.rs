@@ -1,5 +1,5 @@
 //! The soak and fault harness: one agent through process churn, an event flood with
-//! concurrent stalls, map exhaustion and recovery, and a `kill -9` with a restart, with
+//! concurrent stalls, fd copies past any map's size, and a `kill -9` with a restart, with
 //! the figures printed (`soak: ...` lines: stall delay under the flood, records decoded per
 //! second, drops, RSS, CPU) and bounds asserted. Root only; single-threaded.
 //!
@@ -245,8 +245,25 @@ fn soak_churn_flood_stalls_map_exhaustion_and_a_kill() {
     drop(hangs);
     hang_dev.release().unwrap();
 
-    // 3. Map exhaustion: four processes hold more fds than the fd map has room for; once
-    //    they are gone the map drains and a new process is seen again.
+    // 3. Fd copies past any map's size: four processes hold 30000 copies of a
+    //    /dev/nvidia-uvm fd each (more than any kernel map holds) and call FICLONE on the
+    //    last one; each call is identified by its file, nothing fills, the agent's memory
+    //    stays flat, the processes leave the kernel's process map at exit, and a new
+    //    process is seen after them.
+    let ebadf = |m: &str| {
+        counter(
+            m,
+            "uvmwatch_driver_ioctl_calls_total",
+            &[
+                ("node", "nvidia-uvm"),
+                ("ioctl", "unknown"),
+                ("result", "EBADF"),
+            ],
+        )
+    };
+    let procs_before = counter(&agent.metrics(), "uvmwatch_tracked_processes", &[]);
+    let ebadf_before = ebadf(&agent.metrics());
+    let (rss_h0, _, _) = usage(agent.pid());
     let mut holders: Vec<Workload> = (0..4)
         .map(|_| {
             spawn(
@@ -257,20 +274,30 @@ fn soak_churn_flood_stalls_map_exhaustion_and_a_kill() {
             )
         })
         .collect();
+    let mut held = 0u64;
     for w in &mut holders {
-        w.wait_timeout(T).expect("fd holder exits");
+        let out = w.wait_timeout(T).expect("fd holder exits");
+        held += out
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("dup_fds="))
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no dup_fds line: {}", out.stdout));
     }
-    let full = counter(
-        &agent.metrics(),
-        "uvmwatch_kernel_map_full_total",
-        &[("map", "fds")],
-    );
-    // The sweep (every 10 s) removes the fds of processes that are gone.
+    std::thread::sleep(Duration::from_millis(300));
+    let m = agent.metrics();
+    let seen = ebadf(&m) - ebadf_before;
+    let full: f64 = uvmwatch_common::counter::MAP_FULL
+        .iter()
+        .map(|(_, map)| counter(&m, "uvmwatch_kernel_map_full_total", &[("map", map)]))
+        .sum();
+    let (rss_h1, _, _) = usage(agent.pid());
+    // Each holder leaves the process map at its exit.
     let drained = Instant::now();
-    let mut tracked;
+    let mut procs;
     loop {
-        tracked = counter(&agent.metrics(), "uvmwatch_tracked_fds", &[]);
-        if tracked < 1000.0 || drained.elapsed() > Duration::from_secs(25) {
+        procs = counter(&agent.metrics(), "uvmwatch_tracked_processes", &[]);
+        if procs <= procs_before || drained.elapsed() > Duration::from_secs(25) {
             break;
         }
         std::thread::sleep(Duration::from_millis(500));
@@ -289,16 +316,27 @@ fn soak_churn_flood_stalls_map_exhaustion_and_a_kill() {
         &[("node", "nvidia-uvm"), ("result", "success")],
     );
     eprintln!(
-        "soak: map exhaustion: {full} fds refused by the full map; {tracked} tracked {:.1} s \
-         after the holders exited; a new process's opens counted: {}",
+        "soak: fd copies: {held} held at once, {seen} calls on the last copies seen, {full} \
+         map entries refused; agent RSS {rss_h0} -> {rss_h1} KiB; {procs} processes tracked \
+         {:.1} s after the holders exited ({procs_before} before); a new process's opens \
+         counted: {}",
         drained.elapsed().as_secs_f64(),
         opens_after - opens_before
     );
-    assert!(full > 0.0, "the fd map never filled");
-    assert!(tracked < 1000.0, "the fd map did not drain: {tracked}");
+    assert!(held > 70_000, "only {held} fds held");
+    assert_eq!(seen, 4.0, "calls on the last of the held copies seen");
+    assert_eq!(full, 0.0, "a kernel map filled");
+    assert!(
+        rss_h1 < rss_h0 + 16 * 1024,
+        "agent RSS grew from {rss_h0} to {rss_h1} KiB while fds were held"
+    );
+    assert!(
+        procs <= procs_before,
+        "the holders stayed in the process map: {procs} (before {procs_before})"
+    );
     assert!(
         opens_after > opens_before,
-        "a new process after the exhaustion not seen"
+        "a new process after the holders not seen"
     );
 
     // 4. kill -9 while a call hangs; the programs go with the process; a new agent finds

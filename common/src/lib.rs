@@ -20,9 +20,9 @@ pub const PATH_LEN: usize = 128;
 // Device nodes
 // ---------------------------------------------------------------------------------------------
 
-/// Kind of NVIDIA device node behind a file descriptor (`FdInfo::node`, `*Key::node`).
+/// Kind of NVIDIA device node behind a file descriptor (`DevFile::node`, `*Key::node`).
 pub mod node {
-    /// Not an NVIDIA node (or a tombstone for a closed, inherited fd).
+    /// Not an NVIDIA node.
     pub const NONE: u8 = 0;
     /// `/dev/nvidiactl` (char 195:255): RM control node.
     pub const CTL: u8 = 1;
@@ -56,7 +56,7 @@ pub mod node {
 /// Written without loops over the input beyond a fixed bound so the BPF verifier accepts it.
 #[inline(always)]
 pub fn classify_dev_path(p: &[u8; 32]) -> (u8, u8) {
-    const PREFIX: &[u8; 11] = b"/dev/nvidia";
+    const PREFIX: &[u8; 5] = b"/dev/";
     let mut i = 0;
     while i < PREFIX.len() {
         if p[i] != PREFIX[i] {
@@ -64,7 +64,48 @@ pub fn classify_dev_path(p: &[u8; 32]) -> (u8, u8) {
         }
         i += 1;
     }
-    let rest = &p[11..];
+    let mut name = [0u8; NODE_NAME_LEN];
+    let mut j = 0;
+    while j < NODE_NAME_LEN {
+        name[j] = p[5 + j];
+        j += 1;
+    }
+    classify_node_name(&name)
+}
+
+/// Bytes of a node's name [`classify_node_name`] looks at: `nvidia-uvm-tools` and its NUL
+/// fit.
+pub const NODE_NAME_LEN: usize = 24;
+
+/// Whether a NUL-terminated file name (a dentry's `d_name`) starts with `libcuda.so`: the
+/// CUDA driver library, whose read-only opens are libraries being loaded.
+#[inline(always)]
+pub fn is_libcuda_name(p: &[u8; NODE_NAME_LEN]) -> bool {
+    const NAME: &[u8; 10] = b"libcuda.so";
+    let mut i = 0;
+    while i < NAME.len() {
+        if p[i] != NAME[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Classify a NUL-terminated file name (the last path component, as a dentry's `d_name`
+/// holds it): `nvidiactl`, `nvidia<N>` (N = 0..=254, decimal, no leading zero),
+/// `nvidia-uvm`, `nvidia-uvm-tools`. Returns `(kind, minor)` as [`classify_dev_path`].
+#[inline(always)]
+pub fn classify_node_name(p: &[u8; NODE_NAME_LEN]) -> (u8, u8) {
+    const PREFIX: &[u8; 6] = b"nvidia";
+    let mut i = 0;
+    while i < PREFIX.len() {
+        if p[i] != PREFIX[i] {
+            return (node::NONE, 0);
+        }
+        i += 1;
+    }
+    let rest = &p[6..];
     // "ctl\0"
     if rest[0] == b'c' && rest[1] == b't' && rest[2] == b'l' && rest[3] == 0 {
         return (node::CTL, 0);
@@ -107,64 +148,77 @@ pub fn classify_dev_path(p: &[u8; 32]) -> (u8, u8) {
     (node::GPU, n as u8)
 }
 
+/// NVIDIA's reserved character major, for `nvidiactl` and the GPU nodes
+/// (`NV_MAJOR_DEVICE_NUMBER`, `kernel-open/common/inc/nv-chardev-numbers.h` of NVIDIA's open
+/// kernel modules; the same in the proprietary `nv.h`). `nvidia-uvm`'s major is dynamic
+/// (`alloc_chrdev_region` in `uvm.c`): user space reads it from `/proc/devices`.
+pub const NV_MAJOR: u32 = 195;
+/// `nvidiactl`'s minor (`NV_MINOR_DEVICE_NUMBER_CONTROL_DEVICE`, the same header).
+pub const NV_CTL_MINOR: u32 = 255;
+/// `nvidia-uvm-tools`' minor under the UVM major (`NVIDIA_UVM_TOOLS_MINOR_NUMBER`,
+/// `kernel-open/nvidia-uvm/uvm_common.h`); `nvidia-uvm` is minor 0.
+pub const UVM_TOOLS_MINOR: u32 = 1;
+
+/// The kernel's internal `dev_t` split (`MINORBITS` = 20, `include/linux/kdev_t.h`), as in
+/// `inode::i_rdev` and `super_block::s_dev` (not the `stat` encoding: see [`kdev_from`]).
+pub const KDEV_MINOR_BITS: u32 = 20;
+
+/// The kernel-internal `dev_t` (`MKDEV`) of a major and minor.
+#[inline(always)]
+pub const fn kdev_from(major: u32, minor: u32) -> u32 {
+    (major << KDEV_MINOR_BITS) | (minor & ((1 << KDEV_MINOR_BITS) - 1))
+}
+
+/// `S_IFMT` and `S_IFCHR` (`include/uapi/linux/stat.h`).
+pub const S_IFMT: u16 = 0o170000;
+pub const S_IFCHR: u16 = 0o020000;
+
+/// Node kind and minor of a character device `rdev` (kernel-internal `dev_t`): major
+/// [`NV_MAJOR`] gives `nvidiactl` (minor [`NV_CTL_MINOR`]) or GPU `N` (minor 0..=254, 254
+/// being NVKMS's modeset node, which is not ours: see `NV_MINOR_DEVICE_NUMBER_MODESET_DEVICE`);
+/// `uvm_major` (0 when `nvidia-uvm` is not registered) gives `nvidia-uvm` (minor 0) and
+/// `nvidia-uvm-tools` (minor 1).
+#[inline(always)]
+pub const fn classify_rdev(rdev: u32, uvm_major: u32) -> (u8, u8) {
+    let major = rdev >> KDEV_MINOR_BITS;
+    let minor = rdev & ((1 << KDEV_MINOR_BITS) - 1);
+    if major == NV_MAJOR {
+        if minor == NV_CTL_MINOR {
+            return (node::CTL, 0);
+        }
+        if minor < 254 {
+            return (node::GPU, minor as u8);
+        }
+        return (node::NONE, 0);
+    }
+    if uvm_major != 0 && major == uvm_major {
+        if minor == 0 {
+            return (node::UVM, 0);
+        }
+        if minor == UVM_TOOLS_MINOR {
+            return (node::UVM_TOOLS, 0);
+        }
+    }
+    (node::NONE, 0)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Maps: keys and values
 // ---------------------------------------------------------------------------------------------
 
-/// Key of the `FDS` map: one open NVIDIA file descriptor of a process.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub struct FdKey {
-    /// Process (thread-group) id, as the kernel sees it (init pid namespace).
-    pub tgid: u32,
-    /// File descriptor number.
-    pub fd: u32,
-}
-
-/// `FdInfo::flags` bit: the fd was opened with `O_CLOEXEC` (`exec` closes it).
-pub const FD_CLOEXEC: u8 = 1;
-/// `FdInfo::flags` bit: learned from `/proc/<pid>/fd` by user space, not seen being opened.
-pub const FD_FROM_PROC: u8 = 2;
-/// `FdInfo::flags` bit: copied from the parent after a `fork`.
-pub const FD_INHERITED: u8 = 4;
-
-/// Value of the `FDS` map.
-///
-/// An entry is valid only while `proc_gen` equals the process's [`ProcState::proc_gen`] and,
-/// for close-on-exec fds, `exec_gen` equals [`ProcState::exec_gen`]; stale entries are
-/// ignored by the kernel side and removed by the agent's sweeper.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct FdInfo {
-    /// Node kind, one of [`node`]; [`node::NONE`] marks a closed inherited fd (tombstone).
-    pub node: u8,
-    /// GPU minor for [`node::GPU`], else 0.
-    pub minor: u8,
-    /// `FD_*` bits.
-    pub flags: u8,
-    pub _pad: [u8; 5],
-    /// Generation of the process when the fd was recorded.
-    pub proc_gen: u64,
-    /// Exec generation of the process when the fd was recorded.
-    pub exec_gen: u64,
-    /// When the fd was recorded (ns, `CLOCK_MONOTONIC`).
-    pub opened_ns: u64,
-}
-
-/// Value of the `PROCS` map, keyed by tgid: processes that have touched an NVIDIA node or
-/// were forked from one.
+/// Value of the `PROCS` map, keyed by tgid: processes that opened an NVIDIA node or a
+/// libcuda file, were found holding an NVIDIA fd at start, or were forked from one of them.
+/// Only their ioctls are looked at (the gate of `ioctl_enter`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct ProcState {
-    /// Changes when a new process takes this tgid (ns timestamp of creation in the map).
-    pub proc_gen: u64,
-    /// Changes on every `exec` of the process.
-    pub exec_gen: u64,
-    /// Parent tgid whose fds this process inherited by `fork` (0 = none).
+    /// When the process entered the map (ns, `CLOCK_MONOTONIC`).
+    pub since_ns: u64,
+    /// The tgid of the process it was forked from, when it entered the map by `fork` (0
+    /// otherwise).
     pub parent_tgid: u32,
-    pub _pad: u32,
-    /// When the fork happened (ns): parent fds recorded later are not inherited.
-    pub forked_ns: u64,
+    /// 1 once the process exec'ed (it is no longer a copy of its parent).
+    pub execed: u32,
 }
 
 /// Key of the `CMDS` map: which ioctl commands have a known `rmStatus` location.
@@ -320,45 +374,39 @@ pub mod counter {
     pub const RINGBUF_DROPS: u32 = 0;
     /// An in-flight map was full: a call could not be tracked.
     pub const INFLIGHT_FULL: u32 = 1;
-    /// The `FDS` map was full: an fd could not be tracked.
-    pub const FDS_FULL: u32 = 2;
     /// A failure record (a failed call or open outside `cuInit`) not sent because its
     /// process went past [`super::Config::failure_events_per_second`]; the call is counted
     /// in the aggregates all the same.
-    pub const THROTTLED: u32 = 3;
-    /// An open's path could not be read at its entry nor at its exit: the open is not seen.
-    pub const PATH_UNREADABLE: u32 = 4;
-    /// `PROCS` was full: a process's fd generation or fork parent was not kept.
-    pub const PROCS_FULL: u32 = 5;
-    /// `PENDING_OPEN` was full: an open of an NVIDIA node or libcuda was not followed.
-    pub const PENDING_OPEN_FULL: u32 = 6;
-    /// `PENDING_PATH` was full: a path unreadable at entry could not be read at exit.
-    pub const PENDING_PATH_FULL: u32 = 7;
-    /// `PENDING_DUP` was full: a dup of a tracked fd was not followed.
-    pub const PENDING_DUP_FULL: u32 = 8;
+    pub const THROTTLED: u32 = 2;
+    /// A failed open's path could not be read at its exit (a bad address: the kernel could
+    /// not read it either): the failure is not classified. Successful opens are identified
+    /// by their file and need no path.
+    pub const PATH_UNREADABLE: u32 = 3;
+    /// `PROCS` was full: a process that uses NVIDIA nodes was not put in it, so its ioctls
+    /// are not looked at.
+    pub const PROCS_FULL: u32 = 4;
+    /// `PENDING_OPEN` was full: an open was not followed to its exit.
+    pub const PENDING_OPEN_FULL: u32 = 5;
     /// `IOCTL_HIST` was full: a call's latency was not counted.
-    pub const IOCTL_HIST_FULL: u32 = 9;
+    pub const IOCTL_HIST_FULL: u32 = 6;
     /// `IOCTL_RESULTS` was full: a call's result was not counted.
-    pub const IOCTL_RESULTS_FULL: u32 = 10;
+    pub const IOCTL_RESULTS_FULL: u32 = 7;
     /// `OPENS` was full: a device open was not counted.
-    pub const OPENS_FULL: u32 = 11;
+    pub const OPENS_FULL: u32 = 8;
     /// `KF_RESULTS` was full: a kernel function's result was not counted.
-    pub const KF_RESULTS_FULL: u32 = 12;
+    pub const KF_RESULTS_FULL: u32 = 9;
     /// `CTX_RESULTS` was full: a context or device call's result was not counted.
-    pub const CTX_RESULTS_FULL: u32 = 13;
+    pub const CTX_RESULTS_FULL: u32 = 10;
     /// Number of counters.
-    pub const COUNT: u32 = 14;
+    pub const COUNT: u32 = 11;
     /// Every "map full" counter and the `map` label `uvmwatch_kernel_map_full_total` gives
-    /// it. The LRU maps (in-flight calls, kernel-function starts, failure budgets) recycle
-    /// their oldest entry instead of refusing one and have no counter; `INFLIGHT_FULL` counts
-    /// an in-flight insert refused all the same.
-    pub const MAP_FULL: [(u32, &str); 11] = [
+    /// it. The LRU maps (in-flight calls, kernel-function starts, failure budgets, the
+    /// doubles in `DEVFILES`) recycle their oldest entry instead of refusing one and have no
+    /// counter; `INFLIGHT_FULL` counts an in-flight insert refused all the same.
+    pub const MAP_FULL: [(u32, &str); 8] = [
         (INFLIGHT_FULL, "inflight"),
-        (FDS_FULL, "fds"),
         (PROCS_FULL, "procs"),
         (PENDING_OPEN_FULL, "pending_open"),
-        (PENDING_PATH_FULL, "pending_path"),
-        (PENDING_DUP_FULL, "pending_dup"),
         (IOCTL_HIST_FULL, "ioctl_hist"),
         (IOCTL_RESULTS_FULL, "ioctl_results"),
         (OPENS_FULL, "opens"),
@@ -394,6 +442,84 @@ pub struct Config {
     /// second; the rest are counted ([`counter::THROTTLED`]), so a process failing in a loop
     /// cannot fill the ring buffer for everyone else.
     pub failure_events_per_second: u32,
+    /// `nvidia-uvm`'s character major from `/proc/devices`, 0 while it is not registered.
+    pub uvm_major: u32,
+    pub _pad: u32,
+    /// Where the programs find the file behind an fd (from the running kernel's BTF).
+    pub files: FileOffsets,
+}
+
+/// Byte offsets of the kernel struct members the programs read to find and identify the
+/// file behind an fd (`task_struct.files -> files_struct.fdt -> fdtable.fd[fd] -> file`),
+/// taken by user space from `/sys/kernel/btf/vmlinux` (`agent/src/kernel/btf.rs`): the
+/// layouts are those of `include/linux/{sched,fdtable,fs,dcache,mount}.h` and `fs/mount.h`
+/// of the running kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct FileOffsets {
+    /// `task_struct.files` (`struct files_struct *`).
+    pub task_files: u32,
+    /// `files_struct.fdt` (`struct fdtable *`).
+    pub files_fdt: u32,
+    /// `fdtable.max_fds` (`unsigned int`).
+    pub fdt_max_fds: u32,
+    /// `fdtable.fd` (`struct file **`).
+    pub fdt_fd: u32,
+    /// `file.f_inode` (`struct inode *`).
+    pub file_inode: u32,
+    /// `file.f_path.dentry` (`struct dentry *`).
+    pub file_dentry: u32,
+    /// `file.f_path.mnt` (`struct vfsmount *`).
+    pub file_mnt: u32,
+    /// `inode.i_mode` (`umode_t`, u16).
+    pub inode_mode: u32,
+    /// `inode.i_rdev` (`dev_t`, u32).
+    pub inode_rdev: u32,
+    /// `inode.i_ino` (`unsigned long`).
+    pub inode_ino: u32,
+    /// `inode.i_sb` (`struct super_block *`).
+    pub inode_sb: u32,
+    /// `super_block.s_dev` (`dev_t`, u32).
+    pub sb_dev: u32,
+    /// `dentry.d_name.name` (`const unsigned char *`).
+    pub dentry_name: u32,
+    /// `dentry.d_parent` (`struct dentry *`).
+    pub dentry_parent: u32,
+    /// `vfsmount.mnt_root` (`struct dentry *`).
+    pub vfsmount_root: u32,
+    /// `mount.mnt` (the embedded `struct vfsmount` that `file.f_path.mnt` points to).
+    pub mount_mnt: u32,
+    /// `mount.mnt_mountpoint` (`struct dentry *`).
+    pub mount_mountpoint: u32,
+    /// `mount.mnt_parent` (`struct mount *`).
+    pub mount_parent: u32,
+    /// 1 when the offsets were found; 0 leaves files unidentified.
+    pub ready: u32,
+    pub _pad: u32,
+}
+
+/// Key of the `DEVFILES` map: a file that is not a character device but sits at a
+/// `/dev/nvidia*` name (a test double, e.g. a FUSE file bind-mounted there), by the
+/// kernel-internal device of its superblock and its inode number.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct DevFileKey {
+    /// `super_block.s_dev` (kernel-internal `dev_t`, [`kdev_from`]).
+    pub dev: u32,
+    pub _pad: u32,
+    /// `inode.i_ino`.
+    pub ino: u64,
+}
+
+/// Value of the `DEVFILES` map: which node the file stands for.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct DevFile {
+    /// Node kind ([`node`]).
+    pub node: u8,
+    /// GPU minor for [`node::GPU`].
+    pub minor: u8,
+    pub _pad: [u8; 6],
 }
 
 /// Value of the `FAILURE_RATE` map (by tgid): failure records sent in the current second.
@@ -503,7 +629,9 @@ pub struct OpenEvent {
     /// GPU minor for [`node::GPU`].
     pub minor: u8,
     pub _pad: [u8; 6],
-    /// The path as passed by the caller (in its mount namespace), NUL terminated.
+    /// The path as passed by the caller (in its mount namespace), NUL terminated, read at
+    /// the open's exit: for a failed open and for a libcuda load. Empty for a successful open
+    /// of an NVIDIA node, which is identified by its file, not its path.
     pub path: [u8; PATH_LEN],
 }
 
@@ -752,8 +880,6 @@ pub const MAX_EVENT_SIZE: usize = core::mem::size_of::<OpenEvent>();
 #[cfg(feature = "user")]
 mod pod {
     use super::*;
-    unsafe impl aya::Pod for FdKey {}
-    unsafe impl aya::Pod for FdInfo {}
     unsafe impl aya::Pod for ProcState {}
     unsafe impl aya::Pod for CmdKey {}
     unsafe impl aya::Pod for CmdInfo {}
@@ -763,6 +889,8 @@ mod pod {
     unsafe impl aya::Pod for LatencyHist {}
     unsafe impl aya::Pod for OpenKey {}
     unsafe impl aya::Pod for Config {}
+    unsafe impl aya::Pod for DevFileKey {}
+    unsafe impl aya::Pod for DevFile {}
     unsafe impl aya::Pod for KfKey {}
     unsafe impl aya::Pod for KfResultKey {}
     unsafe impl aya::Pod for CtxKey {}
@@ -813,6 +941,76 @@ mod tests {
     }
 
     #[test]
+    fn recognises_libcuda_names() {
+        let name = |s: &str| {
+            let mut p = [0u8; NODE_NAME_LEN];
+            p[..s.len()].copy_from_slice(s.as_bytes());
+            p
+        };
+        for good in ["libcuda.so", "libcuda.so.1", "libcuda.so.580.95.05"] {
+            assert!(is_libcuda_name(&name(good)), "{good}");
+        }
+        for bad in [
+            "libcuda",
+            "libcudart.so.12",
+            "libcuda.s",
+            "xlibcuda.so.1",
+            "",
+        ] {
+            assert!(!is_libcuda_name(&name(bad)), "{bad}");
+        }
+    }
+
+    #[test]
+    fn classifies_node_names() {
+        let name = |s: &str| {
+            let mut p = [0u8; NODE_NAME_LEN];
+            p[..s.len()].copy_from_slice(s.as_bytes());
+            p
+        };
+        assert_eq!(classify_node_name(&name("nvidiactl")), (node::CTL, 0));
+        assert_eq!(classify_node_name(&name("nvidia3")), (node::GPU, 3));
+        assert_eq!(classify_node_name(&name("nvidia-uvm")), (node::UVM, 0));
+        assert_eq!(
+            classify_node_name(&name("nvidia-uvm-tools")),
+            (node::UVM_TOOLS, 0)
+        );
+        for bad in [
+            "nvidia-modeset",
+            "nvidia01",
+            "nvidia",
+            "null",
+            "libcuda.so.1",
+            "",
+        ] {
+            assert_eq!(classify_node_name(&name(bad)), (node::NONE, 0), "{bad}");
+        }
+    }
+
+    #[test]
+    fn classifies_device_numbers() {
+        let uvm = 508;
+        assert_eq!(kdev_from(195, 255), 0x0c3000ff);
+        assert_eq!(classify_rdev(kdev_from(195, 255), uvm), (node::CTL, 0));
+        assert_eq!(classify_rdev(kdev_from(195, 0), uvm), (node::GPU, 0));
+        assert_eq!(classify_rdev(kdev_from(195, 7), uvm), (node::GPU, 7));
+        assert_eq!(classify_rdev(kdev_from(uvm, 0), uvm), (node::UVM, 0));
+        assert_eq!(classify_rdev(kdev_from(uvm, 1), uvm), (node::UVM_TOOLS, 0));
+        // nvidia-modeset (195:254), a third minor of the UVM major, the UVM major unknown,
+        // /dev/null (1:3), an anonymous superblock device (0:42).
+        for (rdev, m) in [
+            (kdev_from(195, 254), uvm),
+            (kdev_from(uvm, 2), uvm),
+            (kdev_from(uvm, 0), 0),
+            (kdev_from(1, 3), uvm),
+            (kdev_from(0, 42), uvm),
+            (kdev_from(0, 0), 0),
+        ] {
+            assert_eq!(classify_rdev(rdev, m), (node::NONE, 0), "{rdev:#x} {m}");
+        }
+    }
+
+    #[test]
     fn buckets_are_log2() {
         assert_eq!(hist_bucket(0), 0);
         assert_eq!(hist_bucket(1), 0);
@@ -829,15 +1027,16 @@ mod tests {
         assert_eq!(size_of::<OpenEvent>(), 200);
         assert_eq!(size_of::<CuinitEvent>(), 72);
         assert_eq!(size_of::<TaskEvent>(), 72);
-        assert_eq!(size_of::<FdKey>(), 8);
-        assert_eq!(size_of::<FdInfo>(), 32);
-        assert_eq!(size_of::<ProcState>(), 32);
+        assert_eq!(size_of::<ProcState>(), 16);
         assert_eq!(size_of::<InflightIoctl>(), 32);
         assert_eq!(size_of::<InflightCuinit>(), 16);
         assert_eq!(size_of::<IoctlKey>(), 12);
         assert_eq!(size_of::<LatencyHist>(), 8 * (HIST_BUCKETS + 2));
         assert_eq!(size_of::<OpenKey>(), 8);
-        assert_eq!(size_of::<Config>(), 32);
+        assert_eq!(size_of::<Config>(), 120);
+        assert_eq!(size_of::<FileOffsets>(), 80);
+        assert_eq!(size_of::<DevFileKey>(), 16);
+        assert_eq!(size_of::<DevFile>(), 8);
         assert_eq!(MAX_EVENT_SIZE, 200);
         assert_eq!(size_of::<KfuncEvent>(), 72);
         assert_eq!(size_of::<KfKey>(), 8);

@@ -53,7 +53,10 @@
  * --distinct-cmds N issues N distinct request numbers no driver defines (_IOC_NR 0xfe,
  * sizes 0..N-1, type 'x') on a /dev/nvidia-uvm fd; prints distinct_cmds=<N>.
  * --dup-fds N dups one /dev/nvidia-uvm fd up to N times (RLIMIT_NOFILE raised to its hard
- * limit), keeps them until exit; prints dup_fds=<done>.
+ * limit), keeps them until exit, and issues one FICLONE on the last copy (EBADF at the
+ * VFS); prints
+ *     dup_fds=<done>
+ *     dup_ioctl fd=<fd> errno=<errno>
  *
  * With --leader-exits all of the above runs in a second thread and the main thread
  * exits at once (pthread_exit): the process lives on with a zombie leader, whose
@@ -251,9 +254,17 @@ static int dup_fds(unsigned long n)
         return 2;
     }
     unsigned long done = 0;
-    while (done < n && dup(fd) >= 0)
+    int last = fd;
+    while (done < n) {
+        int d = dup(fd);
+        if (d < 0)
+            break;
+        last = d;
         done++;
+    }
     printf("dup_fds=%lu\n", done);
+    int rc = ioctl(last, FICLONE, -1);
+    printf("dup_ioctl fd=%d errno=%d\n", last, rc < 0 ? errno : 0);
     fflush(stdout);
     return 0;
 }

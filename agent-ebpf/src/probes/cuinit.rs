@@ -35,7 +35,8 @@ fn try_cuinit_enter(ctx: &ProbeContext) -> Option<()> {
     if INFLIGHT_CUINIT.insert(&tid, &e, 0).is_err() {
         bump(counter::INFLIGHT_FULL);
     }
-    // Tracks the process so fork inheritance and exit clean-up apply from the first call.
+    // Puts the process in `PROCS` so its ioctls, children and exit are followed from the
+    // first call.
     let p = ensure_proc(tgid, now);
     let ev = CuinitEvent {
         header: header(EVENT_CUINIT_ENTER, tgid, tid, now),
@@ -53,7 +54,7 @@ fn try_cuinit_enter(ctx: &ProbeContext) -> Option<()> {
 /// The parent a process was forked from, while it has not exec'ed since the fork.
 #[inline(always)]
 fn forked_from(p: ProcState) -> u32 {
-    if p.parent_tgid != 0 && p.exec_gen == p.proc_gen {
+    if p.parent_tgid != 0 && p.execed == 0 {
         p.parent_tgid
     } else {
         0

@@ -1,5 +1,6 @@
-//! `ioctl` enter and exit, on tracked fds only (and on negative fds of tracked processes, as
-//! [`node::INVALID_FD`]). Enter puts the call in `INFLIGHT_IOCTL`; exit
+//! `ioctl` enter and exit, for the processes in `PROCS` only: on an fd whose file is an
+//! NVIDIA node (a character device by its number, a double by `DEVFILES`), and on a negative
+//! fd as [`node::INVALID_FD`]. Enter puts the call in `INFLIGHT_IOCTL`; exit
 //! removes it, adds the latency to `IOCTL_HIST` and the result to `IOCTL_RESULTS` (the errno,
 //! else the `rmStatus` read from the caller's params at the offset `CMDS` gives, else `OK`),
 //! and reports calls that failed, were slow or ran inside `cuInit`.
@@ -16,7 +17,7 @@ use uvmwatch_common::{
 
 use super::{SysExitArgs, SyscallHead};
 use crate::helpers::{
-    add_sample, bump, config, count, emit, failed, failure_allowed, header, ids, resolve_fd,
+    add_sample, bump, config, count, emit, failed, failure_allowed, header, ids, node_of_fd,
 };
 use crate::maps::{
     CMDS, INFLIGHT_CUINIT, INFLIGHT_IOCTL, IOCTL_HIST, IOCTL_RESULTS, NAMED_CMDS, PROCS, ZERO_HIST,
@@ -60,17 +61,21 @@ pub fn ioctl_enter(ctx: TracePointContext) -> u32 {
 
 fn try_ioctl_enter(ctx: &TracePointContext) -> Option<()> {
     let (tgid, tid) = ids();
-    // One hash lookup for every process that never touched an NVIDIA node.
+    // One hash lookup for every process that never touched an NVIDIA node (the host's
+    // other ioctls: terminals, sockets, block devices) instead of reading its fd table.
     unsafe { PROCS.get(&tgid) }?;
+    let cfg = config()?;
     let args: SysEnterIoctlArgs = unsafe { ctx.read_at(0) }.ok()?;
     let fd = args.fd as u32;
     let (node, minor) = if (fd as i32) < 0 {
         // Not a node, but a call the process meant for one (`UVM_DEINITIALIZE` on -errno).
         (node::INVALID_FD, 0)
     } else {
-        let info = resolve_fd(tgid, fd)?;
-        (info.node, info.minor)
+        node_of_fd(cfg, fd)?
     };
+    if node == node::NONE {
+        return None;
+    }
     let in_cuinit = unsafe { INFLIGHT_CUINIT.get(&tid) }.is_some();
     let e = InflightIoctl {
         start_ns: unsafe { bpf_ktime_get_ns() },

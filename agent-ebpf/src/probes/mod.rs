@@ -9,15 +9,11 @@
 
 pub mod ctx;
 pub mod cuinit;
-pub mod fd;
 pub mod floor;
 pub mod ioctl;
 pub mod kfunc;
 pub mod open;
 pub mod sched;
-
-/// `O_CLOEXEC` on x86_64 and aarch64 (`include/uapi/asm-generic/fcntl.h`).
-pub const O_CLOEXEC: u64 = 0o2000000;
 
 /// The fields every tracepoint record starts with (`struct trace_entry`):
 ///
@@ -50,9 +46,8 @@ pub struct SyscallHead {
     _pad: u32,
 }
 
-/// `syscalls:sys_exit_openat`, and the same for `sys_exit_open`, `sys_exit_openat2`, `sys_exit_ioctl`, `sys_exit_dup`,
-/// `sys_exit_dup2`, `sys_exit_dup3` and `sys_exit_fcntl` (each `format` is this one with its
-/// own name and ID), 6.18:
+/// `syscalls:sys_exit_openat`, and the same for `sys_exit_open`, `sys_exit_openat2` and
+/// `sys_exit_ioctl` (each `format` is this one with its own name and ID), 6.18:
 ///
 /// ```text
 /// name: sys_exit_openat

@@ -1,13 +1,18 @@
-//! `open`, `openat` and `openat2` enter, and their one exit. The path is classified ([`classify_dev_path`]); every open of an
-//! NVIDIA node is counted in `OPENS` and a successful one is remembered in `FDS` per (tgid, fd);
-//! failed opens and opens inside `cuInit` are reported. A read-only open of a file named
-//! `libcuda.so*` is reported too, so user space can attach the `cuInit` uprobes.
+//! `open`, `openat` and `openat2` enter, and their one exit. The enter keeps only the path's
+//! address, the flags and the time (`PENDING_OPEN`); the exit identifies what was opened:
 //!
-//! A tracepoint program cannot fault a page in: a path whose page is not mapped yet (a
-//! string in a file mapping not touched before) cannot be read at entry. The enter then
-//! keeps the path's address (`PENDING_PATH`) and the exit reads it again, after the kernel
-//! copied it in (`getname`); a path unreadable at both is counted
-//! (`counter::PATH_UNREADABLE`).
+//! - a successful open by the new fd's file: a character device by its number (NVIDIA's
+//!   195, nvidia-uvm's major from `/proc/devices`), any other file by its own name (its
+//!   dentry, crossing mounts): one at a `/dev/nvidia*` name is a double of that node and is
+//!   remembered in `DEVFILES` by (device, inode); a `libcuda.so*` file opened read-only is a
+//!   library being loaded, reported (with the caller's path, read now) so user space can
+//!   attach the `cuInit` uprobes. The caller's path plays no part in identifying the file.
+//! - a failed open by its path, read at the exit: the kernel copied it in (`getname`)
+//!   before failing, so its page is mapped even when it was not at the entry.
+//!
+//! Every open of an NVIDIA node is counted in `OPENS`, and its process is put in `PROCS`
+//! (from then on its ioctls are looked at); failed opens and opens inside `cuInit` are
+//! reported.
 
 use aya_ebpf::{
     helpers::{bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_str_bytes},
@@ -15,13 +20,16 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use uvmwatch_common::{
-    classify_dev_path, counter, node, OpenEvent, OpenKey, EVENT_OPEN, FD_CLOEXEC, OPEN_IN_CUINIT,
-    OPEN_LIBCUDA, OPEN_PATH_TRUNCATED, PATH_LEN,
+    classify_dev_path, classify_rdev, counter, node, DevFile, OpenEvent, OpenKey, EVENT_OPEN,
+    OPEN_IN_CUINIT, OPEN_LIBCUDA, OPEN_PATH_TRUNCATED, PATH_LEN,
 };
 
-use super::{SysExitArgs, SyscallHead, O_CLOEXEC};
-use crate::helpers::{bump, config, count, emit, failure_allowed, header, ids, track_fd};
-use crate::maps::{PendingPath, INFLIGHT_CUINIT, OPENS, PENDING_OPEN, PENDING_PATH, SCRATCH_OPEN};
+use super::{SysExitArgs, SyscallHead};
+use crate::helpers::{
+    bump, config, count, emit, ensure_proc, failure_allowed, file_id, file_name_kind, file_of_fd,
+    header, ids, FileId, Named,
+};
+use crate::maps::{PendingOpen, DEVFILES, INFLIGHT_CUINIT, OPENS, PENDING_OPEN, SCRATCH_OPEN};
 
 /// `O_ACCMODE` and `O_RDONLY` (`include/uapi/asm-generic/fcntl.h`).
 const O_ACCMODE: u64 = 0o3;
@@ -150,8 +158,7 @@ pub fn openat2_enter(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// What the three enters share: classify the path, keep the pending open for the exit; a
-/// path that cannot be read yet is kept for the exit to read.
+/// What the three enters share: keep the open for the exit (no path read).
 #[inline(always)]
 fn enter(filename: u64, open_flags: u64) -> Option<()> {
     let cfg = config()?;
@@ -159,136 +166,17 @@ fn enter(filename: u64, open_flags: u64) -> Option<()> {
     if tgid == cfg.agent_tgid {
         return None;
     }
-    let now = unsafe { bpf_ktime_get_ns() };
-    let in_cuinit = unsafe { INFLIGHT_CUINIT.get(&tid) }.is_some();
-    match pending_open(filename, open_flags, tgid, tid, now, in_cuinit) {
-        Classified::Pending(ev) => {
-            if PENDING_OPEN.insert(&tid, ev, 0).is_err() {
-                bump(counter::PENDING_OPEN_FULL);
-            }
-            None
-        }
-        Classified::NotOurs => None,
-        Classified::Unreadable => {
-            let p = PendingPath {
-                filename,
-                open_flags,
-                start_ns: now,
-                in_cuinit: in_cuinit as u32,
-                _pad: 0,
-            };
-            if PENDING_PATH.insert(&tid, &p, 0).is_err() {
-                bump(counter::PENDING_PATH_FULL);
-            }
-            None
-        }
-    }
-}
-
-/// What reading and classifying an open's path gave.
-enum Classified {
-    /// An open to follow to its exit, built in `SCRATCH_OPEN`.
-    Pending(&'static OpenEvent),
-    /// Not an NVIDIA node nor a libcuda load.
-    NotOurs,
-    /// The path could not be read (its page not mapped yet).
-    Unreadable,
-}
-
-/// Reads the path at `filename` into `SCRATCH_OPEN` and builds the pending open from it.
-#[inline(always)]
-fn pending_open(
-    filename: u64,
-    open_flags: u64,
-    tgid: u32,
-    tid: u32,
-    start_ns: u64,
-    in_cuinit: bool,
-) -> Classified {
-    let Some(ev) = SCRATCH_OPEN.get_ptr_mut(0) else {
-        return Classified::NotOurs;
+    let p = PendingOpen {
+        filename,
+        open_flags,
+        start_ns: unsafe { bpf_ktime_get_ns() },
+        in_cuinit: unsafe { INFLIGHT_CUINIT.get(&tid) }.is_some() as u32,
+        _pad: 0,
     };
-    let ev = unsafe { &mut *ev };
-    let len = match unsafe { bpf_probe_read_user_str_bytes(filename as *const u8, &mut ev.path) } {
-        Ok(s) => s.len(),
-        Err(_) => return Classified::Unreadable,
-    };
-    let mut head = [0u8; 32];
-    let mut i = 0;
-    while i < 32 {
-        head[i] = ev.path[i];
-        i += 1;
+    if PENDING_OPEN.insert(&tid, &p, 0).is_err() {
+        bump(counter::PENDING_OPEN_FULL);
     }
-    let (kind, minor) = classify_dev_path(&head);
-    let mut flags = 0u32;
-    if kind == node::NONE {
-        // Libraries are opened read-only by the loader; writes (copies, image extraction)
-        // are not loads.
-        if open_flags & O_ACCMODE != O_RDONLY || !basename_is_libcuda(&ev.path, len) {
-            return Classified::NotOurs;
-        }
-        flags |= OPEN_LIBCUDA;
-    }
-    if len >= PATH_LEN - 1 {
-        flags |= OPEN_PATH_TRUNCATED;
-    }
-    if in_cuinit {
-        flags |= OPEN_IN_CUINIT;
-    }
-    ev.header = header(EVENT_OPEN, tgid, tid, start_ns);
-    ev.start_ns = start_ns;
-    ev.ret = 0;
-    ev.open_flags = open_flags as u32;
-    ev.flags = flags;
-    ev.node = kind;
-    ev.minor = minor;
-    Classified::Pending(ev)
-}
-
-/// Whether the NUL-terminated path's last component starts with `libcuda.so`.
-///
-/// Scans backwards from the end for the last `/` with a loop bounded by a constant, and
-/// indexes the buffer only through [`path_at`], so verifiers back to 6.1 can prove every
-/// access in bounds and the loop finite.
-#[inline(always)]
-fn basename_is_libcuda(path: &[u8; PATH_LEN], len: usize) -> bool {
-    const NAME: &[u8; 10] = b"libcuda.so";
-    if len < NAME.len() || len > PATH_LEN {
-        return false;
-    }
-    let mut base = 0usize;
-    let mut k = 0usize;
-    while k < PATH_LEN {
-        if k >= len {
-            break;
-        }
-        let i = len - 1 - k;
-        if path_at(path, i) == b'/' {
-            base = i + 1;
-            break;
-        }
-        k += 1;
-    }
-    if base + NAME.len() > len {
-        return false;
-    }
-    let mut j = 0usize;
-    while j < NAME.len() {
-        if path_at(path, base + j) != NAME[j] {
-            return false;
-        }
-        j += 1;
-    }
-    true
-}
-
-/// `path[i % PATH_LEN]`, with the index passed through a volatile read first so LLVM cannot
-/// drop the mask on the grounds that it already knows the range: older verifiers (6.1) only
-/// accept the access when they see the mask themselves.
-#[inline(always)]
-fn path_at(path: &[u8; PATH_LEN], i: usize) -> u8 {
-    let i = unsafe { core::ptr::read_volatile(&i) } & (PATH_LEN - 1);
-    path[i]
+    None
 }
 
 /// `syscalls:sys_exit_open`, `sys_exit_openat` and `sys_exit_openat2` ([`SysExitArgs`]):
@@ -301,65 +189,141 @@ pub fn open_exit(ctx: TracePointContext) -> u32 {
 
 fn try_open_exit(ctx: &TracePointContext) -> Option<()> {
     let (tgid, tid) = ids();
-    let ev = SCRATCH_OPEN.get_ptr_mut(0)?;
-    let ev = unsafe { &mut *ev };
-    if let Some(pending) = unsafe { PENDING_OPEN.get(&tid) } {
-        *ev = *pending;
-        let _ = PENDING_OPEN.remove(&tid);
-    } else {
-        // The path was not readable at entry: the kernel has copied it in by now.
-        let p = unsafe { PENDING_PATH.get(&tid) }.copied()?;
-        let _ = PENDING_PATH.remove(&tid);
-        match pending_open(
-            p.filename,
-            p.open_flags,
-            tgid,
-            tid,
-            p.start_ns,
-            p.in_cuinit != 0,
-        ) {
-            Classified::Pending(_) => {}
-            Classified::NotOurs => return None,
-            Classified::Unreadable => {
-                bump(counter::PATH_UNREADABLE);
-                return None;
-            }
-        }
-    }
+    let p = unsafe { PENDING_OPEN.get(&tid) }.copied()?;
+    let _ = PENDING_OPEN.remove(&tid);
     let ret = unsafe { ctx.read_at::<SysExitArgs>(0) }.ok()?.ret;
     let now = unsafe { bpf_ktime_get_ns() };
-    ev.ret = ret;
-    ev.header.ts_ns = now;
-    if ev.flags & OPEN_LIBCUDA != 0 {
-        if ret >= 0 {
-            emit(ev);
-        }
-        return Some(());
+    if ret >= 0 {
+        opened(&p, tgid, tid, ret as u32, now)
+    } else {
+        open_failed(&p, tgid, tid, ret, now)
     }
-    let errno = if ret < 0 { (-ret) as u32 } else { 0 };
+}
+
+/// The record of open `p` in `SCRATCH_OPEN`, its path empty.
+#[inline(always)]
+fn record(
+    p: &PendingOpen,
+    tgid: u32,
+    tid: u32,
+    ret: i64,
+    now: u64,
+    node_kind: u8,
+    minor: u8,
+) -> Option<&'static mut OpenEvent> {
+    let ev = unsafe { &mut *SCRATCH_OPEN.get_ptr_mut(0)? };
+    ev.header = header(EVENT_OPEN, tgid, tid, now);
+    ev.start_ns = p.start_ns;
+    ev.ret = ret;
+    ev.open_flags = p.open_flags as u32;
+    ev.flags = if p.in_cuinit != 0 { OPEN_IN_CUINIT } else { 0 };
+    ev.node = node_kind;
+    ev.minor = minor;
+    ev.path[0] = 0;
+    Some(ev)
+}
+
+/// Reads the caller's path into `ev`; `false` when it cannot be read.
+#[inline(always)]
+fn read_path(ev: &mut OpenEvent, filename: u64) -> bool {
+    match unsafe { bpf_probe_read_user_str_bytes(filename as *const u8, &mut ev.path) } {
+        Ok(s) => {
+            if s.len() >= PATH_LEN - 1 {
+                ev.flags |= OPEN_PATH_TRUNCATED;
+            }
+            true
+        }
+        Err(_) => {
+            ev.path[0] = 0;
+            false
+        }
+    }
+}
+
+/// A successful open as `fd`: identified by its file.
+#[inline(always)]
+fn opened(p: &PendingOpen, tgid: u32, tid: u32, fd: u32, now: u64) -> Option<()> {
+    let cfg = config()?;
+    let file = file_of_fd(cfg, fd)?;
+    let (node_kind, minor) = match file_id(cfg, file)? {
+        FileId::Chr { rdev } => classify_rdev(rdev, cfg.uvm_major),
+        FileId::Other { key } => match file_name_kind(cfg, file)? {
+            Named::Node(k, m) => {
+                // A double: ioctls on any fd referring to this file are identified by it.
+                let v = DevFile {
+                    node: k,
+                    minor: m,
+                    _pad: [0; 6],
+                };
+                let _ = DEVFILES.insert(&key, &v, 0);
+                (k, m)
+            }
+            Named::Libcuda => {
+                // Libraries are opened read-only by the loader; writes (copies, image
+                // extraction) are not loads.
+                if p.open_flags & O_ACCMODE != O_RDONLY {
+                    return None;
+                }
+                let _ = ensure_proc(tgid, now);
+                let ev = record(p, tgid, tid, fd as i64, now, node::NONE, 0)?;
+                ev.flags |= OPEN_LIBCUDA;
+                // The path user space attaches through (in the caller's mount namespace).
+                read_path(ev, p.filename);
+                emit(ev);
+                return Some(());
+            }
+        },
+    };
+    if node_kind == node::NONE {
+        return None;
+    }
     let key = OpenKey {
-        node: ev.node,
-        minor: ev.minor,
+        node: node_kind,
+        minor,
         _pad: 0,
-        errno,
+        errno: 0,
     };
     count(&OPENS, &key, counter::OPENS_FULL);
-    if ret >= 0 {
-        let fl = if ev.open_flags as u64 & O_CLOEXEC != 0 {
-            FD_CLOEXEC
-        } else {
-            0
-        };
-        track_fd(tgid, ret as u32, ev.node, ev.minor, fl, now);
-    }
-    let in_cuinit = ev.flags & OPEN_IN_CUINIT != 0;
-    // A failed open outside cuInit is subject to the process's failure-record budget (the
-    // `OPENS` counter above counted it already).
-    if ret < 0 && !in_cuinit && !failure_allowed(tgid, now) {
-        return Some(());
-    }
-    if ret < 0 || in_cuinit {
+    let _ = ensure_proc(tgid, now);
+    if p.in_cuinit != 0 {
+        let ev = record(p, tgid, tid, fd as i64, now, node_kind, minor)?;
         emit(ev);
     }
+    Some(())
+}
+
+/// A failed open: its path, read now, says whether it was of an NVIDIA node.
+#[inline(always)]
+fn open_failed(p: &PendingOpen, tgid: u32, tid: u32, ret: i64, now: u64) -> Option<()> {
+    let ev = record(p, tgid, tid, ret, now, node::NONE, 0)?;
+    if !read_path(ev, p.filename) {
+        bump(counter::PATH_UNREADABLE);
+        return None;
+    }
+    let mut head = [0u8; 32];
+    let mut i = 0;
+    while i < 32 {
+        head[i] = ev.path[i];
+        i += 1;
+    }
+    let (node_kind, minor) = classify_dev_path(&head);
+    if node_kind == node::NONE {
+        return None;
+    }
+    ev.node = node_kind;
+    ev.minor = minor;
+    let key = OpenKey {
+        node: node_kind,
+        minor,
+        _pad: 0,
+        errno: (-ret) as u32,
+    };
+    count(&OPENS, &key, counter::OPENS_FULL);
+    // A failed open outside cuInit is subject to the process's failure-record budget (the
+    // `OPENS` counter above counted it already).
+    if p.in_cuinit == 0 && !failure_allowed(tgid, now) {
+        return Some(());
+    }
+    emit(ev);
     Some(())
 }

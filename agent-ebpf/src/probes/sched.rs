@@ -1,7 +1,7 @@
-//! Process lifecycle: `sched_process_fork` records a child with its parent (so calls on
-//! inherited fds resolve through the parent's entries), `sched_process_exec` invalidates
-//! close-on-exec fds, `sched_process_exit` drops calls in flight (reporting a thread that died
-//! inside one) and, for the last thread, the process.
+//! Process lifecycle: `sched_process_fork` puts the child of a process in `PROCS` there too
+//! (its inherited fds are identified by their files like its parent's), `sched_process_exec`
+//! reports a new image, `sched_process_exit` drops calls in flight (reporting a thread that
+//! died inside one) and, for the last thread, the process.
 //!
 //! Two fields move between kernels, so these programs do not read them through the structs
 //! below: user space reads their offsets from the tracepoints' `format` files at start and
@@ -15,9 +15,7 @@ use uvmwatch_common::{
 
 use super::TraceEntry;
 use crate::helpers::{config, emit, header, ids};
-use crate::maps::{
-    DEVCOUNT_SENT, INFLIGHT_CUINIT, INFLIGHT_IOCTL, PENDING_DUP, PENDING_OPEN, PENDING_PATH, PROCS,
-};
+use crate::maps::{DEVCOUNT_SENT, INFLIGHT_CUINIT, INFLIGHT_IOCTL, PENDING_OPEN, PROCS};
 
 /// `sched:sched_process_fork`, 6.18:
 ///
@@ -132,11 +130,9 @@ fn try_fork(ctx: &TracePointContext) -> Option<()> {
     // For a new thread this makes an entry under the thread's id that is never looked up
     // as a tgid; the thread's exit removes it.
     let st = ProcState {
-        proc_gen: now,
-        exec_gen: now,
+        since_ns: now,
         parent_tgid: tgid,
-        _pad: 0,
-        forked_ns: now,
+        execed: 0,
     };
     let _ = PROCS.insert(&(child as u32), &st, 0);
     let ev = TaskEvent {
@@ -148,14 +144,15 @@ fn try_fork(ctx: &TracePointContext) -> Option<()> {
     Some(())
 }
 
-/// `sched:sched_process_exec` ([`SchedProcessExecArgs`]), in the new image: close-on-exec fds
-/// are gone from here on.
+/// `sched:sched_process_exec` ([`SchedProcessExecArgs`]), in the new image of a process in
+/// `PROCS`: it is no longer a copy of its parent (its close-on-exec fds are gone from its fd
+/// table, so nothing identifies them).
 #[tracepoint]
 pub fn sched_exec(_ctx: TracePointContext) -> u32 {
     let (tgid, tid) = ids();
     if let Some(p) = PROCS.get_ptr_mut(&tgid) {
         let now = unsafe { bpf_ktime_get_ns() };
-        unsafe { (*p).exec_gen = now };
+        unsafe { (*p).execed = 1 };
         // A new image asks for its device count afresh.
         let _ = DEVCOUNT_SENT.remove(&tgid);
         let ev = TaskEvent {
@@ -181,8 +178,6 @@ fn try_exit(ctx: &TracePointContext) -> Option<()> {
     let (tgid, tid) = ids();
     let now = unsafe { bpf_ktime_get_ns() };
     let _ = PENDING_OPEN.remove(&tid);
-    let _ = PENDING_PATH.remove(&tid);
-    let _ = PENDING_DUP.remove(&tid);
     let cu = unsafe { INFLIGHT_CUINIT.get(&tid) }.copied();
     let io = unsafe { INFLIGHT_IOCTL.get(&tid) }.copied();
     if cu.is_some() || io.is_some() {

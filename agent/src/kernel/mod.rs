@@ -20,10 +20,11 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use uvmwatch_common::{
-    counter, CmdInfo, CmdKey, Config, FdInfo, FdKey, InflightCuinit, InflightIoctl, IoctlKey,
-    LatencyHist, OpenKey, ProcState, FD_CLOEXEC, FD_FROM_PROC, HIST_BUCKETS,
+    counter, kdev_from, CmdInfo, CmdKey, Config, DevFile, DevFileKey, InflightCuinit,
+    InflightIoctl, IoctlKey, LatencyHist, OpenKey, ProcState, HIST_BUCKETS,
 };
 
+pub mod btf;
 pub mod kallsyms;
 pub mod registry;
 pub mod tracefs;
@@ -84,6 +85,18 @@ pub struct Kernel {
     targets: StdHashMap<(u64, u64), LibcudaTarget>,
     /// Where tracefs is, when it is.
     pub tracefs: Option<PathBuf>,
+    /// What `CONFIG` holds (rewritten when `nvidia-uvm`'s major changes).
+    config: Config,
+}
+
+/// `nvidia-uvm`'s character major as `/proc/devices` lists it now (`None` while it is not
+/// registered, or when the file cannot be read).
+pub fn uvm_major() -> Option<u32> {
+    let text = std::fs::read_to_string(crate::doctor::collect::modules::DEVICES_PATH).ok()?;
+    crate::doctor::collect::modules::parse_devices(&text)
+        .ok()?
+        .get("nvidia-uvm")
+        .copied()
 }
 
 /// The `CMDS` entries of `layout`: every command with a status, UVM by request number, RM by
@@ -163,9 +176,6 @@ impl Kernel {
                 "loading eBPF programs needs root (CAP_SYS_ADMIN; docs/capabilities.md); run as root"
             ));
         }
-        if !Path::new("/sys/kernel/btf/vmlinux").exists() {
-            tracing::warn!("no BTF at /sys/kernel/btf/vmlinux; programs use no CO-RE, continuing");
-        }
         let bpf = EbpfLoader::new()
             .load(EBPF_OBJECT)
             .context("loading the uvmwatch eBPF object")?;
@@ -187,6 +197,7 @@ impl Kernel {
             uvm_loaded: false,
             targets: StdHashMap::new(),
             tracefs,
+            config: Config::default(),
         };
         k.load_layout(settings.layout)?;
         k.load_named_cmds()?;
@@ -250,6 +261,13 @@ impl Kernel {
             ),
             None => (None, None),
         };
+        let files = match btf::running_kernel_offsets() {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "no struct offsets from the kernel's BTF: successful device opens and driver calls cannot be identified (failed opens and cuInit still are)");
+                Default::default()
+            }
+        };
         let cfg = Config {
             slow_ioctl_ns: s.slow_ioctl_ns,
             agent_tgid: std::process::id(),
@@ -257,14 +275,42 @@ impl Kernel {
             exit_group_dead_off: exit_off.unwrap_or(0),
             ready: 1,
             failure_events_per_second: s.failure_events_per_second,
+            uvm_major: uvm_major().unwrap_or(0),
+            _pad: 0,
+            files,
         };
         if fork_off.is_none() {
             tracing::warn!("sched_process_fork format not readable; assuming child_pid at 44");
         }
+        self.set_config(cfg)
+    }
+
+    fn set_config(&mut self, cfg: Config) -> Result<()> {
         let mut a: Array<&mut MapData, Config> =
             Array::try_from(self.bpf.map_mut("CONFIG").context("map CONFIG")?)?;
         a.set(0, cfg, 0)?;
+        self.config = cfg;
         Ok(())
+    }
+
+    /// Re-reads `nvidia-uvm`'s major from `/proc/devices` and hands it to the programs when
+    /// it changed (a module reload may register another one). Returns the new major then.
+    pub fn refresh_uvm_major(&mut self) -> Option<u32> {
+        let major = uvm_major().unwrap_or(0);
+        if major == self.config.uvm_major {
+            return None;
+        }
+        let cfg = Config {
+            uvm_major: major,
+            ..self.config
+        };
+        match self.set_config(cfg) {
+            Ok(()) => Some(major),
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "writing nvidia-uvm's major to CONFIG");
+                None
+            }
+        }
     }
 
     fn load_programs(&mut self) {
@@ -447,6 +493,9 @@ impl Kernel {
     /// Checks whether `nvidia_uvm` was loaded or unloaded since the last check and attaches
     /// or detaches its kprobes. Returns `Some(loaded)` when it changed.
     pub fn refresh_module(&mut self) -> Option<bool> {
+        if let Some(m) = self.refresh_uvm_major() {
+            tracing::info!(major = m, "nvidia-uvm character major (0: not registered)");
+        }
         if !kprobes_supported() {
             return None;
         }
@@ -804,89 +853,64 @@ impl Kernel {
         Ok(out)
     }
 
-    /// Records an fd that was open before the agent started (from `/proc/<pid>/fd`).
-    pub fn seed_fd(
-        &mut self,
-        tgid: u32,
-        fd: u32,
-        node: u8,
-        minor: u8,
-        cloexec: bool,
-    ) -> Result<()> {
-        let now = crate::clock::monotonic_ns();
-        let p = {
-            let mut procs: HashMap<&mut MapData, u32, ProcState> =
-                HashMap::try_from(self.bpf.map_mut("PROCS").context("map")?)?;
-            match procs.get(&tgid, 0) {
-                Ok(p) => p,
-                Err(_) => {
-                    let p = ProcState {
-                        proc_gen: now,
-                        exec_gen: now,
-                        ..ProcState::default()
-                    };
-                    procs.insert(tgid, p, 0)?;
-                    p
-                }
-            }
-        };
-        let mut fds: HashMap<&mut MapData, FdKey, FdInfo> =
-            HashMap::try_from(self.bpf.map_mut("FDS").context("map")?)?;
-        let info = FdInfo {
-            node,
-            minor,
-            flags: FD_FROM_PROC | if cloexec { FD_CLOEXEC } else { 0 },
-            _pad: [0; 5],
-            proc_gen: p.proc_gen,
-            exec_gen: p.exec_gen,
-            opened_ns: now,
-        };
-        fds.insert(FdKey { tgid, fd }, info, 0)?;
+    /// Puts a process found holding an NVIDIA fd at start (from `/proc/<pid>/fd`) in
+    /// `PROCS`, so its ioctls are looked at (their files identify them).
+    pub fn seed_proc(&mut self, tgid: u32) -> Result<()> {
+        let mut procs: HashMap<&mut MapData, u32, ProcState> =
+            HashMap::try_from(self.bpf.map_mut("PROCS").context("map")?)?;
+        if procs.get(&tgid, 0).is_err() {
+            let p = ProcState {
+                since_ns: crate::clock::monotonic_ns(),
+                ..ProcState::default()
+            };
+            procs.insert(tgid, p, 0)?;
+        }
         Ok(())
     }
 
-    /// Removes `FDS` entries that no longer belong to a live process generation, and
-    /// `PROCS` entries of processes that are gone. `alive(tgid)` says whether a tgid exists.
-    /// Returns the number of fd entries removed.
-    pub fn sweep(&mut self, alive: impl Fn(u32) -> bool) -> Result<usize> {
-        let procs_live: StdHashMap<u32, ProcState> = {
-            let mut procs: HashMap<&mut MapData, u32, ProcState> =
-                HashMap::try_from(self.bpf.map_mut("PROCS").context("map")?)?;
-            let all: Vec<(u32, ProcState)> = procs.iter().filter_map(|r| r.ok()).collect();
-            let mut live = StdHashMap::new();
-            for (t, p) in all {
-                if alive(t) {
-                    live.insert(t, p);
-                } else {
-                    let _ = procs.remove(&t);
-                }
-            }
-            live
+    /// Records a file that is not a character device but sits at a `/dev/nvidia*` name, open
+    /// before the agent started, in `DEVFILES`: `dev` is `stat`'s `st_dev` (converted to the
+    /// kernel-internal `dev_t` the programs read from `super_block.s_dev`).
+    pub fn seed_dev_file(&mut self, dev: u64, ino: u64, node: u8, minor: u8) -> Result<()> {
+        // aya's HashMap also opens LRU hash maps.
+        let mut m: HashMap<&mut MapData, DevFileKey, DevFile> =
+            HashMap::try_from(self.bpf.map_mut("DEVFILES").context("map DEVFILES")?)?;
+        let key = DevFileKey {
+            dev: kdev_from(libc::major(dev), libc::minor(dev)),
+            _pad: 0,
+            ino,
         };
-        let mut fds: HashMap<&mut MapData, FdKey, FdInfo> =
-            HashMap::try_from(self.bpf.map_mut("FDS").context("map")?)?;
-        let all: Vec<(FdKey, FdInfo)> = fds.iter().filter_map(|r| r.ok()).collect();
+        let v = DevFile {
+            node,
+            minor,
+            _pad: [0; 6],
+        };
+        m.insert(key, v, 0)?;
+        Ok(())
+    }
+
+    /// Removes the `PROCS` entries of processes that are gone (a missed exit: the agent was
+    /// not running, or the map was read between a pid's reuse). `alive(tgid)` says whether a
+    /// tgid exists. Returns the number of entries removed.
+    pub fn sweep(&mut self, alive: impl Fn(u32) -> bool) -> Result<usize> {
+        let mut procs: HashMap<&mut MapData, u32, ProcState> =
+            HashMap::try_from(self.bpf.map_mut("PROCS").context("map")?)?;
+        let all: Vec<u32> = procs.keys().filter_map(|r| r.ok()).collect();
         let mut removed = 0;
-        for (k, e) in all {
-            let keep = match procs_live.get(&k.tgid) {
-                None => false,
-                Some(p) => {
-                    e.proc_gen == p.proc_gen
-                        && (e.flags & FD_CLOEXEC == 0 || e.exec_gen == p.exec_gen)
-                }
-            };
-            if !keep && fds.remove(&k).is_ok() {
+        for t in all {
+            if !alive(t) && procs.remove(&t).is_ok() {
                 removed += 1;
             }
         }
         Ok(removed)
     }
 
-    /// Number of tracked fds (for self-monitoring).
-    pub fn tracked_fds(&self) -> usize {
+    /// Number of processes in `PROCS`, whose ioctls the kernel side looks at (for
+    /// self-monitoring).
+    pub fn tracked_processes(&self) -> usize {
         self.bpf
-            .map("FDS")
-            .and_then(|m| HashMap::<_, FdKey, FdInfo>::try_from(m).ok())
+            .map("PROCS")
+            .and_then(|m| HashMap::<_, u32, ProcState>::try_from(m).ok())
             .map(|h| h.keys().count())
             .unwrap_or(0)
     }

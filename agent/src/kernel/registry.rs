@@ -179,7 +179,7 @@ pub const REGISTRY: &[ProbeSpec] = &[
         "syscalls",
         "sys_enter_openat",
         true,
-        "device node opens (path), libcuda loads",
+        "device node opens and libcuda loads (the path's address, flags, start)",
     ),
     tp(
         "syscalls:sys_exit_openat",
@@ -187,7 +187,7 @@ pub const REGISTRY: &[ProbeSpec] = &[
         "syscalls",
         "sys_exit_openat",
         true,
-        "device open results, fd tracking",
+        "device open results: the new fd's file identified, the path read only on failure",
     ),
     tp(
         "syscalls:sys_enter_open",
@@ -238,84 +238,12 @@ pub const REGISTRY: &[ProbeSpec] = &[
         "driver call latency, errno and rmStatus",
     ),
     tp(
-        "syscalls:sys_enter_close",
-        "close_enter",
-        "syscalls",
-        "sys_enter_close",
-        false,
-        "fd tracking (close)",
-    ),
-    tp(
-        "syscalls:sys_enter_dup",
-        "dup_enter_tp",
-        "syscalls",
-        "sys_enter_dup",
-        false,
-        "fd tracking (dup)",
-    ),
-    tp(
-        "syscalls:sys_exit_dup",
-        "dup_exit_tp",
-        "syscalls",
-        "sys_exit_dup",
-        false,
-        "fd tracking (dup)",
-    ),
-    tp(
-        "syscalls:sys_enter_dup2",
-        "dup2_enter",
-        "syscalls",
-        "sys_enter_dup2",
-        false,
-        "fd tracking (dup2; absent on arm64)",
-    ),
-    tp(
-        "syscalls:sys_exit_dup2",
-        "dup_exit_tp",
-        "syscalls",
-        "sys_exit_dup2",
-        false,
-        "fd tracking (dup2; absent on arm64)",
-    ),
-    tp(
-        "syscalls:sys_enter_dup3",
-        "dup3_enter",
-        "syscalls",
-        "sys_enter_dup3",
-        false,
-        "fd tracking (dup3)",
-    ),
-    tp(
-        "syscalls:sys_exit_dup3",
-        "dup_exit_tp",
-        "syscalls",
-        "sys_exit_dup3",
-        false,
-        "fd tracking (dup3)",
-    ),
-    tp(
-        "syscalls:sys_enter_fcntl",
-        "fcntl_enter",
-        "syscalls",
-        "sys_enter_fcntl",
-        false,
-        "fd tracking (F_DUPFD)",
-    ),
-    tp(
-        "syscalls:sys_exit_fcntl",
-        "dup_exit_tp",
-        "syscalls",
-        "sys_exit_fcntl",
-        false,
-        "fd tracking (F_DUPFD)",
-    ),
-    tp(
         "sched:sched_process_fork",
         "sched_fork",
         "sched",
         "sched_process_fork",
         false,
-        "fd inheritance across fork",
+        "children of NVIDIA processes followed across fork",
     ),
     tp(
         "sched:sched_process_exec",
@@ -323,7 +251,7 @@ pub const REGISTRY: &[ProbeSpec] = &[
         "sched",
         "sched_process_exec",
         false,
-        "close-on-exec fds",
+        "new images (a forked child that exec'ed is no longer its parent's copy)",
     ),
     tp(
         "sched:sched_process_exit",
@@ -710,9 +638,9 @@ mod tests {
             assert!(seen.insert(p.label), "duplicate label {}", p.label);
             assert!(!p.program.is_empty());
         }
-        // 20 tracepoints, 14 uprobes (cuInit and the six context and device calls, each
+        // 11 tracepoints, 14 uprobes (cuInit and the six context and device calls, each
         // with its uretprobe), 30 kprobes.
-        assert_eq!(all().len(), 64);
+        assert_eq!(all().len(), 55);
         let uprobes: Vec<_> = REGISTRY
             .iter()
             .filter(|p| matches!(p.attach, Attach::Uprobe { .. }))
@@ -747,7 +675,7 @@ mod tests {
             floor.iter().map(|p| p.attach).collect::<Vec<_>>(),
             tracepoints
         );
-        assert_eq!(floor.len(), 20);
+        assert_eq!(floor.len(), 11);
         assert!(floor.iter().all(|p| p.program == FLOOR_PROGRAM));
         assert!(all().iter().all(|p| p.program != FLOOR_PROGRAM));
     }

@@ -214,6 +214,13 @@ impl<K: KernelSide> Observer<K> {
         if e.ret >= 0 {
             self.check_driver_if_unknown();
         }
+        // A successful open is identified by its file, not its path: it is named by the
+        // node's /dev path.
+        let path = if path.is_empty() {
+            nvidia::node_path(e.node, e.minor)
+        } else {
+            path
+        };
         let o = Open {
             start_ns: e.start_ns,
             node: nvidia::node_label(e.node, e.minor),

@@ -32,10 +32,13 @@ pub trait KernelSide: Send + 'static {
     fn counters(&self) -> Result<[u64; counter::COUNT as usize]>;
     /// `Some(loaded)` when `nvidia_uvm` came or went since the last call.
     fn refresh_module(&mut self) -> Option<bool>;
-    /// Removes fd entries of processes that are gone; returns how many.
+    /// Removes the process entries of processes that are gone; returns how many.
     fn sweep(&mut self, alive: &dyn Fn(u32) -> bool) -> Result<usize>;
-    /// Records an NVIDIA fd opened before the agent started.
-    fn seed_fd(&mut self, tgid: u32, fd: u32, node: u8, minor: u8, cloexec: bool) -> Result<()>;
+    /// Looks at the ioctls of a process found holding an NVIDIA fd at start.
+    fn seed_proc(&mut self, tgid: u32) -> Result<()>;
+    /// Records a file that is not a character device but was open at a `/dev/nvidia*` name
+    /// before the agent started, by its `stat` device (the `st_dev` encoding) and inode.
+    fn seed_dev_file(&mut self, dev: u64, ino: u64, node: u8, minor: u8) -> Result<()>;
     /// Records a driver call already in progress on `tid` when the agent started.
     fn seed_inflight_ioctl(&mut self, tid: u32, e: InflightIoctl) -> Result<()>;
     /// Reads statuses with `layout` from now on.
@@ -70,8 +73,11 @@ impl KernelSide for Kernel {
     fn sweep(&mut self, alive: &dyn Fn(u32) -> bool) -> Result<usize> {
         Kernel::sweep(self, alive)
     }
-    fn seed_fd(&mut self, tgid: u32, fd: u32, node: u8, minor: u8, cloexec: bool) -> Result<()> {
-        Kernel::seed_fd(self, tgid, fd, node, minor, cloexec)
+    fn seed_proc(&mut self, tgid: u32) -> Result<()> {
+        Kernel::seed_proc(self, tgid)
+    }
+    fn seed_dev_file(&mut self, dev: u64, ino: u64, node: u8, minor: u8) -> Result<()> {
+        Kernel::seed_dev_file(self, dev, ino, node, minor)
     }
     fn seed_inflight_ioctl(&mut self, tid: u32, e: InflightIoctl) -> Result<()> {
         Kernel::seed_inflight_ioctl(self, tid, e)

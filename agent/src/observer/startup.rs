@@ -73,8 +73,10 @@ impl<K: KernelSide> Observer<K> {
         }
     }
 
-    /// NVIDIA fds that processes opened before the agent started, from `/proc/<pid>/fd`,
-    /// put in the kernel's fd map (and the threads blocked in a call on one of them).
+    /// Processes holding NVIDIA fds opened before the agent started, from `/proc/<pid>/fd`:
+    /// their ioctls are looked at from now on (their files identify them; a double's
+    /// (device, inode) is handed over), and the threads blocked in a call on one of them are
+    /// put in flight.
     pub(super) fn seed_fds(&mut self) {
         let pids = procfs::list_pids(&self.cfg.proc_root).unwrap_or_default();
         let me = std::process::id();
@@ -95,23 +97,44 @@ impl<K: KernelSide> Observer<K> {
                     procfs::NodeKind::UvmTools => (node::UVM_TOOLS, 0),
                 };
                 kinds.insert(f.fd, (kind, minor));
-                if self
-                    .kernel()
-                    .seed_fd(pid, f.fd, kind, minor, f.cloexec)
-                    .is_ok()
-                {
-                    n += 1;
-                }
+                self.seed_dev_file(pid, f.fd, kind, minor);
             }
-            if !kinds.is_empty() {
-                self.seed_blocked_ioctls(pid, &kinds);
+            if kinds.is_empty() {
+                continue;
             }
+            match self.kernel().seed_proc(pid) {
+                Ok(()) => n += kinds.len(),
+                Err(e) => tracing::debug!(error = %format!("{e:#}"), pid, "PROCS not seeded"),
+            }
+            self.seed_blocked_ioctls(pid, &kinds);
         }
         if n > 0 {
             self.dispatch(Event::agent(
                 clock::monotonic_ns(),
                 Kind::FdsLearned { count: n },
             ));
+        }
+    }
+
+    /// An fd at a `/dev/nvidia*` name whose file is not a character device (a test double):
+    /// its (device, inode), from `stat` of `/proc/<pid>/fd/<fd>`, go to the kernel so ioctls
+    /// on it are identified. A character device needs nothing: its number identifies it.
+    fn seed_dev_file(&mut self, pid: u32, fd: u32, kind: u8, minor: u8) {
+        use std::os::unix::fs::MetadataExt;
+        let p = self
+            .cfg
+            .proc_root
+            .join(pid.to_string())
+            .join("fd")
+            .join(fd.to_string());
+        let Ok(m) = std::fs::metadata(&p) else {
+            return;
+        };
+        if m.mode() & libc::S_IFMT == libc::S_IFCHR {
+            return;
+        }
+        if let Err(e) = self.kernel().seed_dev_file(m.dev(), m.ino(), kind, minor) {
+            tracing::debug!(error = %format!("{e:#}"), path = %p.display(), "DEVFILES not seeded");
         }
     }
 

@@ -40,6 +40,8 @@ struct FakeKernel {
     drops: u64,
     /// The layouts loaded, by tag.
     layouts: Vec<String>,
+    /// `seed_dev_file` calls: (dev, ino, node, minor).
+    dev_files: Vec<(u64, u64, u8, u8)>,
 }
 
 impl KernelSide for FakeKernel {
@@ -87,7 +89,11 @@ impl KernelSide for FakeKernel {
     fn sweep(&mut self, _alive: &dyn Fn(u32) -> bool) -> Result<usize> {
         Ok(0)
     }
-    fn seed_fd(&mut self, _: u32, _: u32, _: u8, _: u8, _: bool) -> Result<()> {
+    fn seed_proc(&mut self, _: u32) -> Result<()> {
+        Ok(())
+    }
+    fn seed_dev_file(&mut self, dev: u64, ino: u64, node: u8, minor: u8) -> Result<()> {
+        self.dev_files.push((dev, ino, node, minor));
         Ok(())
     }
     fn seed_inflight_ioctl(&mut self, tid: u32, e: InflightIoctl) -> Result<()> {

@@ -216,7 +216,7 @@ impl crate::event::Listener for LogListener {
                 target: TARGET,
                 event = "fds_learned",
                 count = *count,
-                "NVIDIA fds opened before the agent started are tracked"
+                "NVIDIA fds opened before the agent started are identified"
             ),
             Kind::InFlightAtStart { ioctl, node } => tracing::warn!(
                 target: TARGET,
@@ -301,7 +301,7 @@ impl crate::event::Listener for LogListener {
                 target: TARGET,
                 event = "sweep",
                 removed = *removed,
-                "stale fd entries removed"
+                "stale process entries removed"
             ),
         }
     }

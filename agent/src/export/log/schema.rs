@@ -489,7 +489,7 @@ pub const RECORDS: &[Record] = &[
     Record {
         event: "fds_learned",
         level: "INFO",
-        message: "NVIDIA fds opened before the agent started are tracked",
+        message: "NVIDIA fds opened before the agent started are identified",
         fields: &[f("count", "fds learned from /proc/<pid>/fd")],
     },
     Record {
@@ -541,7 +541,7 @@ pub const RECORDS: &[Record] = &[
     Record {
         event: "sweep",
         level: "DEBUG",
-        message: "stale fd entries removed",
+        message: "stale process entries removed",
         fields: &[f("removed", "entries removed")],
     },
 ];

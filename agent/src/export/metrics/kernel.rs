@@ -44,7 +44,7 @@ const KERNEL_FAMILIES: &[(&str, &[&str])] = &[
     ("uvmwatch_events_dropped_total", &[]),
     ("uvmwatch_kernel_map_full_total", &["map"]),
     ("uvmwatch_device_open_paths_unreadable_total", &[]),
-    ("uvmwatch_tracked_fds", &[]),
+    ("uvmwatch_tracked_processes", &[]),
 ];
 
 impl KernelCollector {
@@ -364,9 +364,9 @@ impl Collector for KernelCollector {
             )],
         ));
         out.push(family(
-            "uvmwatch_tracked_fds",
+            "uvmwatch_tracked_processes",
             MetricType::GAUGE,
-            vec![gauge_metric(k.tracked_fds() as f64)],
+            vec![gauge_metric(k.tracked_processes() as f64)],
         ));
         out
     }

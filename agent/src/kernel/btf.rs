@@ -1,0 +1,324 @@
+//! Struct member offsets from the running kernel's BTF (`/sys/kernel/btf/vmlinux`), for the
+//! kernel programs that walk `task_struct -> files_struct -> fdtable -> file -> inode`
+//! (aya's Rust programs get no CO-RE relocations, so user space finds the offsets and writes
+//! them into `Config`).
+//!
+//! aya-obj parses BTF but keeps struct members crate-private, so this is a small reader of
+//! the type section: the header and type encoding of `include/uapi/linux/btf.h` and
+//! Documentation/bpf/btf.rst (kinds 1..=19 as of 6.18). Members of anonymous structs and
+//! unions are searched through, with their offsets added.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use anyhow::{anyhow, bail, Context, Result};
+use uvmwatch_common::FileOffsets;
+
+/// `BTF_MAGIC` (`include/uapi/linux/btf.h`).
+const BTF_MAGIC: u16 = 0xeb9f;
+/// `BTF_KIND_STRUCT`, `BTF_KIND_UNION`.
+const KIND_STRUCT: u32 = 4;
+const KIND_UNION: u32 = 5;
+/// `BTF_KIND_TYPEDEF`, `BTF_KIND_VOLATILE`, `BTF_KIND_CONST`, `BTF_KIND_RESTRICT`,
+/// `BTF_KIND_TYPE_TAG`: modifiers, skipped to reach the member's struct or union.
+const MODIFIERS: [u32; 5] = [8, 9, 10, 11, 18];
+
+/// One struct or union member: name, type id, offset in bits.
+#[derive(Debug, Clone)]
+struct Member {
+    name: String,
+    type_id: u32,
+    bit_offset: u32,
+}
+
+/// What the reader keeps of one type.
+#[derive(Debug, Clone)]
+enum Type {
+    /// A struct or union's members.
+    Composite { members: Vec<Member> },
+    /// A modifier or typedef pointing at another type.
+    Modifier(u32),
+    /// Anything else.
+    Other,
+}
+
+/// The parsed type section: types by id (id 0 is `void`).
+#[derive(Debug)]
+pub struct Btf {
+    types: Vec<Type>,
+    by_name: HashMap<String, u32>,
+}
+
+fn u16_at(d: &[u8], at: usize) -> Result<u16> {
+    d.get(at..at + 2)
+        .map(|b| u16::from_le_bytes([b[0], b[1]]))
+        .ok_or_else(|| anyhow!("BTF truncated at {at}"))
+}
+
+fn u32_at(d: &[u8], at: usize) -> Result<u32> {
+    d.get(at..at + 4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .ok_or_else(|| anyhow!("BTF truncated at {at}"))
+}
+
+impl Btf {
+    /// Reads and parses a BTF file (little-endian, as on x86_64 and aarch64).
+    pub fn from_file(path: &Path) -> Result<Btf> {
+        let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        Btf::parse(&data).with_context(|| format!("parsing {}", path.display()))
+    }
+
+    /// Parses BTF bytes: `struct btf_header`, then the type and string sections.
+    pub fn parse(d: &[u8]) -> Result<Btf> {
+        if u16_at(d, 0)? != BTF_MAGIC {
+            bail!("not BTF (magic {:#x})", u16_at(d, 0)?);
+        }
+        let hdr_len = u32_at(d, 4)? as usize;
+        let type_off = u32_at(d, 8)? as usize;
+        let type_len = u32_at(d, 12)? as usize;
+        let str_off = u32_at(d, 16)? as usize;
+        let str_len = u32_at(d, 20)? as usize;
+        let types_at = hdr_len + type_off;
+        let strs_at = hdr_len + str_off;
+        let strs = d
+            .get(strs_at..strs_at + str_len)
+            .ok_or_else(|| anyhow!("string section out of the file"))?;
+        let name = |off: u32| -> String {
+            let s = strs.get(off as usize..).unwrap_or(&[]);
+            let end = s.iter().position(|&b| b == 0).unwrap_or(s.len());
+            String::from_utf8_lossy(&s[..end]).into_owned()
+        };
+        let mut types = vec![Type::Other];
+        let mut by_name = HashMap::new();
+        let mut at = types_at;
+        let end = types_at + type_len;
+        if end > d.len() {
+            bail!("type section out of the file");
+        }
+        while at < end {
+            let name_off = u32_at(d, at)?;
+            let info = u32_at(d, at + 4)?;
+            let size_or_type = u32_at(d, at + 8)?;
+            let vlen = (info & 0xffff) as usize;
+            let kind = (info >> 24) & 0x1f;
+            let kind_flag = info >> 31 != 0;
+            at += 12;
+            let extra = match kind {
+                1 | 14 | 17 => 4,             // INT, VAR, DECL_TAG
+                3 => 12,                      // ARRAY
+                4 | 5 | 15 | 19 => vlen * 12, // STRUCT, UNION, DATASEC, ENUM64
+                6 | 13 => vlen * 8,           // ENUM, FUNC_PROTO
+                2 | 7..=12 | 16 | 18 => 0,    // PTR, FWD, TYPEDEF, modifiers, FUNC, FLOAT, TYPE_TAG
+                k => bail!("unknown BTF kind {k} at type {}", types.len()),
+            };
+            let ty = if kind == KIND_STRUCT || kind == KIND_UNION {
+                let mut members = Vec::with_capacity(vlen);
+                for i in 0..vlen {
+                    let m = at + i * 12;
+                    let off = u32_at(d, m + 8)?;
+                    members.push(Member {
+                        name: name(u32_at(d, m)?),
+                        type_id: u32_at(d, m + 4)?,
+                        // With kind_flag, the high 8 bits are a bitfield's size.
+                        bit_offset: if kind_flag { off & 0xff_ffff } else { off },
+                    });
+                }
+                let n = name(name_off);
+                if kind == KIND_STRUCT && !n.is_empty() {
+                    by_name.entry(n.clone()).or_insert(types.len() as u32);
+                }
+                Type::Composite { members }
+            } else if MODIFIERS.contains(&kind) {
+                Type::Modifier(size_or_type)
+            } else {
+                Type::Other
+            };
+            types.push(ty);
+            at += extra;
+        }
+        Ok(Btf { types, by_name })
+    }
+
+    /// Byte offset of `member` in `struct name`, looking into anonymous struct and union
+    /// members.
+    pub fn member_offset(&self, name: &str, member: &str) -> Result<u32> {
+        let id = *self
+            .by_name
+            .get(name)
+            .ok_or_else(|| anyhow!("no struct {name} in BTF"))?;
+        let bits = self
+            .find(id, member, 0)
+            .ok_or_else(|| anyhow!("no member {member} in struct {name}"))?;
+        if bits % 8 != 0 {
+            bail!("{name}.{member} is a bitfield");
+        }
+        Ok(bits / 8)
+    }
+
+    fn find(&self, id: u32, member: &str, depth: u32) -> Option<u32> {
+        if depth > 8 {
+            return None;
+        }
+        let Some(Type::Composite { members, .. }) = self.types.get(id as usize) else {
+            return None;
+        };
+        for m in members {
+            if m.name == member {
+                return Some(m.bit_offset);
+            }
+        }
+        for m in members.iter().filter(|m| m.name.is_empty()) {
+            let inner = self.strip(m.type_id);
+            if let Some(b) = self.find(inner, member, depth + 1) {
+                return Some(m.bit_offset + b);
+            }
+        }
+        None
+    }
+
+    /// The type behind typedefs and modifiers.
+    fn strip(&self, mut id: u32) -> u32 {
+        for _ in 0..16 {
+            match self.types.get(id as usize) {
+                Some(Type::Modifier(t)) => id = *t,
+                _ => break,
+            }
+        }
+        id
+    }
+}
+
+/// The offsets the kernel programs use to identify the file behind an fd, from `btf`.
+/// Every one is needed: a missing struct or member is an error naming it.
+pub fn file_offsets(btf: &Btf) -> Result<FileOffsets> {
+    let o = |s: &str, m: &str| btf.member_offset(s, m);
+    let path_dentry = o("path", "dentry")?;
+    let path_mnt = o("path", "mnt")?;
+    let f_path = o("file", "f_path")?;
+    let d_name = o("dentry", "d_name")?;
+    Ok(FileOffsets {
+        task_files: o("task_struct", "files")?,
+        files_fdt: o("files_struct", "fdt")?,
+        fdt_max_fds: o("fdtable", "max_fds")?,
+        fdt_fd: o("fdtable", "fd")?,
+        file_inode: o("file", "f_inode")?,
+        file_dentry: f_path + path_dentry,
+        file_mnt: f_path + path_mnt,
+        inode_mode: o("inode", "i_mode")?,
+        inode_rdev: o("inode", "i_rdev")?,
+        inode_ino: o("inode", "i_ino")?,
+        inode_sb: o("inode", "i_sb")?,
+        sb_dev: o("super_block", "s_dev")?,
+        dentry_name: d_name + o("qstr", "name")?,
+        dentry_parent: o("dentry", "d_parent")?,
+        vfsmount_root: o("vfsmount", "mnt_root")?,
+        mount_mnt: o("mount", "mnt")?,
+        mount_mountpoint: o("mount", "mnt_mountpoint")?,
+        mount_parent: o("mount", "mnt_parent")?,
+        ready: 1,
+        _pad: 0,
+    })
+}
+
+/// [`file_offsets`] of the running kernel.
+pub fn running_kernel_offsets() -> Result<FileOffsets> {
+    file_offsets(&Btf::from_file(Path::new("/sys/kernel/btf/vmlinux"))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A BTF blob with `struct outer { int a; union { int b; struct { int c; int d; }; }; }`
+    /// built by hand (types: 1 int, 2 anonymous struct {c@0, d@32}, 3 anonymous union
+    /// {b@0, <2>@0}, 4 struct outer {a@0, <3>@64}, 5 typedef of 3 not used).
+    fn fixture() -> Vec<u8> {
+        let strs = b"\0int\0outer\0a\0b\0c\0d\0";
+        let s = |n: &str| -> u32 {
+            let pos = strs
+                .windows(n.len() + 2)
+                .position(|w| w[0] == 0 && &w[1..=n.len()] == n.as_bytes() && w[n.len() + 1] == 0)
+                .unwrap();
+            pos as u32 + 1
+        };
+        let mut t: Vec<u32> = Vec::new();
+        // 1: INT "int" size 4, encoding word
+        t.extend([s("int"), 1 << 24, 4, 32]);
+        // 2: anonymous STRUCT size 8, 2 members
+        t.extend([0, (4 << 24) | 2, 8, s("c"), 1, 0, s("d"), 1, 32]);
+        // 3: anonymous UNION size 8, 2 members
+        t.extend([0, (5 << 24) | 2, 8, s("b"), 1, 0, 0, 2, 0]);
+        // 4: STRUCT outer size 16, 2 members
+        t.extend([s("outer"), (4 << 24) | 2, 16, s("a"), 1, 0, 0, 3, 64]);
+        // 5: TYPEDEF of 3
+        t.extend([0, 8 << 24, 3]);
+        let types: Vec<u8> = t.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut d = Vec::new();
+        d.extend(BTF_MAGIC.to_le_bytes());
+        d.push(1); // version
+        d.push(0); // flags
+        d.extend(24u32.to_le_bytes()); // hdr_len
+        d.extend(0u32.to_le_bytes()); // type_off
+        d.extend((types.len() as u32).to_le_bytes());
+        d.extend((types.len() as u32).to_le_bytes()); // str_off
+        d.extend((strs.len() as u32).to_le_bytes());
+        d.extend(&types);
+        d.extend(strs);
+        d
+    }
+
+    #[test]
+    fn members_through_anonymous_unions() {
+        let b = Btf::parse(&fixture()).unwrap();
+        assert_eq!(b.member_offset("outer", "a").unwrap(), 0);
+        assert_eq!(b.member_offset("outer", "b").unwrap(), 8);
+        assert_eq!(b.member_offset("outer", "c").unwrap(), 8);
+        assert_eq!(b.member_offset("outer", "d").unwrap(), 12);
+        let e = b.member_offset("outer", "e").unwrap_err().to_string();
+        assert!(e.contains("no member e in struct outer"), "{e}");
+        assert!(b.member_offset("inner", "a").is_err());
+    }
+
+    #[test]
+    fn malformed_blobs_refused() {
+        let mut d = fixture();
+        assert!(Btf::parse(&d[..30]).is_err());
+        d[0] = 0;
+        assert!(Btf::parse(&d).unwrap_err().to_string().contains("not BTF"));
+        let mut d = fixture();
+        // kind 31 in type 1
+        d[24 + 7] = 31;
+        assert!(Btf::parse(&d).unwrap_err().to_string().contains("kind 31"));
+    }
+
+    /// Against this machine's kernel: offsets that `include/linux/*.h` fixes for x86_64 on
+    /// every kernel since long before 6.1 (`dentry.d_parent` follows `d_flags`, `d_seq`
+    /// and `d_hash` = 24; `path` is `{mnt, dentry}`; `qstr.name` follows the 8-byte
+    /// `hash_len`) and the rest checked for plausibility only (inside their structs).
+    #[test]
+    fn running_kernel() {
+        let p = Path::new("/sys/kernel/btf/vmlinux");
+        if !p.exists() {
+            eprintln!("skipped: no {}", p.display());
+            return;
+        }
+        let b = Btf::from_file(p).unwrap();
+        assert_eq!(b.member_offset("path", "mnt").unwrap(), 0);
+        assert_eq!(b.member_offset("path", "dentry").unwrap(), 8);
+        assert_eq!(b.member_offset("qstr", "name").unwrap(), 8);
+        assert_eq!(b.member_offset("qstr", "len").unwrap(), 4);
+        assert_eq!(b.member_offset("dentry", "d_parent").unwrap(), 24);
+        assert_eq!(b.member_offset("vfsmount", "mnt_root").unwrap(), 0);
+        let o = file_offsets(&b).unwrap();
+        assert_eq!(o.ready, 1);
+        assert_eq!(o.file_mnt + 8, o.file_dentry);
+        assert!(o.task_files > 0 && o.task_files < 16384, "{o:?}");
+        assert!(o.fdt_fd > o.fdt_max_fds, "{o:?}");
+        // `struct mount` (fs/mount.h) starts with `mnt_hash`, then `mnt_parent`,
+        // `mnt_mountpoint`, `mnt`.
+        assert_eq!(o.mount_parent, 16, "{o:?}");
+        assert_eq!(o.mount_mountpoint, 24, "{o:?}");
+        assert_eq!(o.mount_mnt, 32, "{o:?}");
+        assert!(o.inode_rdev > o.inode_mode, "{o:?}");
+    }
+}
