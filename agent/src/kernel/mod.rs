@@ -518,10 +518,16 @@ impl Kernel {
 
     /// Kernel-function latency histograms summed over CPUs, by `kfunc` id (all ids).
     pub fn kfunc_hist(&self) -> Result<Vec<LatencyHist>> {
+        self.hists_by_id("KF_HIST", uvmwatch_common::kfunc::COUNT)
+    }
+
+    /// The histograms of the per-CPU array `map` (indexed by id, `count` ids), each summed
+    /// over CPUs.
+    fn hists_by_id(&self, map: &str, count: u32) -> Result<Vec<LatencyHist>> {
         let m: PerCpuArray<&MapData, LatencyHist> =
-            PerCpuArray::try_from(self.bpf.map("KF_HIST").context("map KF_HIST")?)?;
+            PerCpuArray::try_from(self.bpf.map(map).with_context(|| format!("map {map}"))?)?;
         let mut out = Vec::new();
-        for i in 0..uvmwatch_common::kfunc::COUNT {
+        for i in 0..count {
             let mut sum = LatencyHist::default();
             for h in m.get(&i, 0)?.iter() {
                 for b in 0..HIST_BUCKETS {
@@ -543,21 +549,7 @@ impl Kernel {
     /// CUDA context and device call latency histograms summed over CPUs, by
     /// `uvmwatch_common::ctxcall` id (all ids).
     pub fn ctx_hist(&self) -> Result<Vec<LatencyHist>> {
-        let m: PerCpuArray<&MapData, LatencyHist> =
-            PerCpuArray::try_from(self.bpf.map("CTX_HIST").context("map CTX_HIST")?)?;
-        let mut out = Vec::new();
-        for i in 0..uvmwatch_common::ctxcall::COUNT {
-            let mut sum = LatencyHist::default();
-            for h in m.get(&i, 0)?.iter() {
-                for b in 0..HIST_BUCKETS {
-                    sum.buckets[b] += h.buckets[b];
-                }
-                sum.sum_ns += h.sum_ns;
-                sum.count += h.count;
-            }
-            out.push(sum);
-        }
-        Ok(out)
+        self.hists_by_id("CTX_HIST", uvmwatch_common::ctxcall::COUNT)
     }
 
     /// CUDA context and device call result counters summed over CPUs.
