@@ -173,7 +173,7 @@ pub fn ensure_proc(tgid: u32, now: u64) -> Option<ProcState> {
 
 /// A kernel value of type `T` at `addr`.
 #[inline(always)]
-fn kread<T>(addr: u64) -> Option<T> {
+pub fn kread<T>(addr: u64) -> Option<T> {
     unsafe { bpf_probe_read_kernel(addr as *const T) }.ok()
 }
 

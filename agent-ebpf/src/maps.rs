@@ -71,8 +71,10 @@ pub static INFLIGHT_IOCTL: LruHashMap<u32, InflightIoctl> = LruHashMap::with_max
 /// sees it.
 #[map]
 pub static INFLIGHT_CUINIT: LruHashMap<u32, InflightCuinit> = LruHashMap::with_max_entries(8192, 0);
-/// Every `open`, `openat` or `openat2` between enter and exit (the path's address, not the
-/// path): the exit identifies the new file, and reads the path only of a failed open.
+/// Tracepoint backend: every `open`, `openat` or `openat2` between enter and exit (the
+/// path's address, not the path): the exit identifies the new file, and reads the path only
+/// of a failed open. Fentry backend: only opens of NVIDIA character devices, from
+/// `chrdev_open`'s entry (their start and node) to `do_filp_open`'s exit.
 #[map]
 pub static PENDING_OPEN: HashMap<u32, PendingOpen> = HashMap::with_max_entries(4096, 0);
 /// CUDA context and device calls between entry and return, per (thread, slot): the
@@ -97,7 +99,13 @@ pub struct PendingOpen {
     pub open_flags: u64,
     pub start_ns: u64,
     /// 1 when the open is inside `cuInit`.
-    pub in_cuinit: u32,
+    pub in_cuinit: u8,
+    /// On the fentry backend, the NVIDIA node `chrdev_open` was entered for (kind, minor);
+    /// `node::NONE` on the tracepoint backend.
+    pub node: u8,
+    pub minor: u8,
+    /// 1 when `filename` is the kernel's copy of the path (fentry), 0 the caller's.
+    pub kernel_path: u8,
     pub _pad: u32,
 }
 

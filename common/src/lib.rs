@@ -447,6 +447,30 @@ pub struct Config {
     pub _pad: u32,
     /// Where the programs find the file behind an fd (from the running kernel's BTF).
     pub files: FileOffsets,
+    /// What the fentry/fexit programs read of their functions' arguments (from BTF).
+    pub fentry: FentryOffsets,
+}
+
+/// Byte offsets the fentry/fexit programs (`agent-ebpf/src/probes/{ioctl,open}.rs`) read
+/// arguments through, taken by user space from the running kernel's BTF: the syscall's
+/// `struct pt_regs` (`arch/x86/include/asm/ptrace.h`: the first three syscall arguments are
+/// in `di`, `si`, `dx`), `struct filename` (`include/linux/fs.h`) and `struct open_flags`
+/// (`fs/internal.h`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct FentryOffsets {
+    /// `pt_regs.di`: the first syscall argument (the ioctl's fd).
+    pub regs_arg0: u32,
+    /// `pt_regs.si`: the second (the request number).
+    pub regs_arg1: u32,
+    /// `pt_regs.dx`: the third (the params' user-space address).
+    pub regs_arg2: u32,
+    /// `filename.name` (`const char *`: the kernel's copy of the caller's path).
+    pub filename_name: u32,
+    /// `open_flags.open_flag` (`int`: the `O_*` flags).
+    pub open_flags_flag: u32,
+    /// 1 when the offsets were found; 0 keeps the fentry backend off.
+    pub ready: u32,
 }
 
 /// Byte offsets of the kernel struct members the programs read to find and identify the
@@ -1033,8 +1057,9 @@ mod tests {
         assert_eq!(size_of::<IoctlKey>(), 12);
         assert_eq!(size_of::<LatencyHist>(), 8 * (HIST_BUCKETS + 2));
         assert_eq!(size_of::<OpenKey>(), 8);
-        assert_eq!(size_of::<Config>(), 120);
+        assert_eq!(size_of::<Config>(), 144);
         assert_eq!(size_of::<FileOffsets>(), 80);
+        assert_eq!(size_of::<FentryOffsets>(), 24);
         assert_eq!(size_of::<DevFileKey>(), 16);
         assert_eq!(size_of::<DevFile>(), 8);
         assert_eq!(MAX_EVENT_SIZE, 200);

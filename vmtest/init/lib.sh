@@ -32,13 +32,16 @@ skip() { T_SKIP="$*"; }
 
 one_line() { tr '\n\t' '  ' | sed 's/  */ /g; s/ *$//'; }
 
+# run_test NAME [SUFFIX]: runs test_NAME, its result line named NAME SUFFIX (the backend).
 run_test() {
-	_name=$1
+	_fn=$1
+	_name=$1$2
 	t_reset
-	mkdir -p "/tmp/$_name"
+	rm -rf "/tmp/$_fn"
+	mkdir -p "/tmp/$_fn"
 	_t0=$(date +%s)
 	say "--- test $_name"
-	"test_$_name"
+	"test_$_fn"
 	_dt=$(($(date +%s) - _t0))
 	if [ -n "$T_SKIP" ]; then
 		say "VMTEST $_name SKIP $(echo "$T_SKIP" | one_line)"
@@ -50,12 +53,30 @@ run_test() {
 }
 
 # Runs the tests named in VMTEST_TESTS, or only those in `vmtest.only=a,b` on the kernel
-# command line.
+# command line: those of VMTEST_ONCE once, every other once per backend of VMTEST_BACKENDS
+# (the agent's `--probe-backend`, through UVMWATCH_PROBE_BACKEND; result names get
+# `[<backend>]`), then VMTEST_FINAL once.
 vmtest_main() {
 	_only=$(sed -n 's/.*vmtest\.only=\([^ ]*\).*/\1/p' /proc/cmdline | tr ',' ' ')
 	say ""
 	say "VMTEST-BEGIN kernel=$(uname -r) cpus=$(nproc) mem_kb=$(sed -n 's/MemTotal: *\([0-9]*\).*/\1/p' /proc/meminfo)"
-	for _t in $VMTEST_TESTS; do
+	_first=1
+	for _b in $VMTEST_BACKENDS; do
+		export UVMWATCH_PROBE_BACKEND="$_b"
+		for _t in $VMTEST_TESTS; do
+			if [ -n "$_only" ]; then
+				case " $_only " in *" $_t "*) ;; *) continue ;; esac
+			fi
+			case " $(echo $VMTEST_ONCE) " in
+			*" $_t "*) [ "$_first" = 1 ] && run_test "$_t" ;;
+			*) run_test "$_t" "[$_b]" ;;
+			esac
+		done
+		vmtest_pass_done "$_b"
+		_first=0
+	done
+	unset UVMWATCH_PROBE_BACKEND
+	for _t in $VMTEST_FINAL; do
 		if [ -n "$_only" ]; then
 			case " $_only " in *" $_t "*) ;; *) continue ;; esac
 		fi

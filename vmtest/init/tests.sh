@@ -4,9 +4,14 @@
 # ones (the module loaded, the agent started). To add a check (e.g. a kprobe metric that
 # must move), add a function `test_<name>` and list it here; see lib.sh for the helpers.
 
-VMTEST_TESTS="kernel_facts module_load module_symbols agent_probes agent_start cuinit_ok
-cuinit_fail_register cuinit_hang_register hmm_faults kprobe_metrics rmmod_while_running
-agent_stop"
+VMTEST_TESTS="kernel_facts module_load module_symbols agent_probes agent_backend agent_start
+cuinit_ok cuinit_fail_register cuinit_hang_register hmm_faults kprobe_metrics
+rmmod_while_running agent_stop"
+# Every test of VMTEST_TESTS runs once per backend (lib.sh's vmtest_main), except these.
+VMTEST_BACKENDS="fentry tracepoint"
+VMTEST_ONCE="kernel_facts module_symbols"
+# After every backend's pass.
+VMTEST_FINAL="overhead"
 
 # Probed functions the test module does not have: the 535/550 names of the fault batch
 # handlers (the module implements the 560+ names). Their probes must say why they are off.
@@ -48,8 +53,12 @@ test_kernel_facts() {
 
 # The test modules load; the nodes are made as nvidia-modprobe would.
 test_module_load() {
-	check "insmod nvidia.ko" insmod "$MODDIR/nvidia.ko" || return
-	check "insmod nvidia-uvm.ko" load_uvm || return
+	if [ -d /sys/module/nvidia_uvm ]; then
+		note "already loaded (an earlier backend's pass)"
+	else
+		check "insmod nvidia.ko" insmod "$MODDIR/nvidia.ko" || return
+		check "insmod nvidia-uvm.ko" load_uvm || return
+	fi
 	check "no 'nvidia-uvm' in /proc/devices" grep -q " nvidia-uvm\$" /proc/devices
 	check "no /dev/nvidia-uvm" test -c /dev/nvidia-uvm
 	check "mode parameter not writable" test -w "$UVM_PARAMS/mode"
@@ -117,6 +126,49 @@ test_agent_probes() {
 	done
 	[ "$_kp" -ge 26 ] || bad "only $_kp kprobes attached (want 26)"
 	note "$_kp kprobes attached"
+}
+
+# The backend the agent chose is the one asked for, said by `uvmwatch probes` and exported;
+# on fentry the four trampolines are attached and the syscall tracepoints are not used.
+test_agent_backend() {
+	_b=$UVMWATCH_PROBE_BACKEND
+	_line=$(grep "^syscall hooks: " /tmp/agent_probes/table)
+	note "$_line"
+	case "$_line" in
+	"syscall hooks: $_b backend"*) ;;
+	*) bad "asked for $_b: '$_line'" ;;
+	esac
+	if [ "$_b" = fentry ]; then
+		for _p in "fentry:__x64_sys_ioctl" "fexit:__x64_sys_ioctl" "fentry:chrdev_open" "fexit:do_filp_open"; do
+			grep -qE "^$_p +f(entry|exit) +yes +attached" /tmp/agent_probes/table || bad "$_p not attached"
+		done
+		grep -qE "^syscalls:" /tmp/agent_probes/table && bad "a syscall tracepoint is listed as attached"
+		grep -q "not used: the fentry backend is attached" /tmp/agent_probes/table ||
+			bad "the tracepoints are not said to be unused"
+	else
+		grep -qE "^syscalls:sys_enter_ioctl +tracepoint +yes +attached" /tmp/agent_probes/table ||
+			bad "sys_enter_ioctl not attached"
+		grep -qE "^f(entry|exit):" /tmp/agent_probes/table && bad "an fentry probe is listed as attached"
+	fi
+}
+
+# The overhead benchmark (agent/benches/overhead.rs) inside this VM, both backends side by
+# side in one run (TCG: compare its ratios, never its times). Its lines go to the console;
+# `cargo xtask vm-test` repeats the `overhead <kernel> <backend>: ...` ones in its summary.
+test_overhead() {
+	command -v uvmwatch-overhead >/dev/null || { skip "no benchmark in this image (--no-bench)"; return; }
+	agent_stop >/dev/null 2>&1
+	UVMWATCH_BENCH_AGENT=/usr/bin/uvmwatch UVMWATCH_BENCH_ROUNDS=${VMTEST_BENCH_ROUNDS:-3} \
+		UVMWATCH_BENCH_ITERS=${VMTEST_BENCH_ITERS:-40000} \
+		uvmwatch-overhead --bench >/tmp/overhead/out 2>/tmp/overhead/err
+	_rc=$?
+	cat /tmp/overhead/out
+	sed 's/^/overhead-stderr| /' /tmp/overhead/err | tail -n 20
+	[ "$_rc" = 0 ] || bad "benchmark exited $_rc"
+	for _b in $VMTEST_BACKENDS; do
+		grep -q "^overhead $(uname -r) $_b: getpid " /tmp/overhead/out || bad "no overhead line for $_b"
+	done
+	note "$(grep -c '^overhead ' /tmp/overhead/out) overhead lines"
 }
 
 test_agent_start() {
@@ -345,9 +397,15 @@ test_agent_stop() {
 	note "agent log: $(wc -l <"$AGENT_LOG") records, $_errs at ERROR (the stall reports)"
 }
 
-# After the tests: the agent log and the kernel log go to the console log (not parsed).
+# After the tests: the kernel log goes to the console log (not parsed).
+# After each backend's pass: its agent log goes to the console log (not parsed).
+vmtest_pass_done() {
+	agent_stop >/dev/null 2>&1
+	sed "s/^/agent.log[$1]| /" "$AGENT_LOG" 2>/dev/null
+	: >"$AGENT_LOG"
+}
+
 vmtest_finish() {
 	agent_stop >/dev/null 2>&1
-	sed 's/^/agent.log| /' "$AGENT_LOG" 2>/dev/null
 	dmesg | grep -v "^\[ *0\.\|ACPI\|PCI\|pci " | tail -n 80 | sed 's/^/dmesg| /'
 }

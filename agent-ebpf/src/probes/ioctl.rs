@@ -1,4 +1,8 @@
-//! `ioctl` enter and exit, for the processes in `PROCS` only: on an fd whose file is an
+//! `ioctl` enter and exit, for the processes in `PROCS` only, on either backend: the
+//! `syscalls:sys_{enter,exit}_ioctl` tracepoints, or fentry/fexit on the syscall's own
+//! function (`__x64_sys_ioctl`, whose `struct pt_regs` holds the fd, the request and the
+//! params' address), which runs for `ioctl(2)` only instead of putting every syscall of
+//! every thread on the tracepoints' slow path. The bodies are the same: on an fd whose file is an
 //! NVIDIA node (a character device by its number, a double by `DEVFILES`), and on a negative
 //! fd as [`node::INVALID_FD`]. Enter puts the call in `INFLIGHT_IOCTL`; exit
 //! removes it, adds the latency to `IOCTL_HIST` and the result to `IOCTL_RESULTS` (the errno,
@@ -7,8 +11,8 @@
 
 use aya_ebpf::{
     helpers::{bpf_ktime_get_ns, bpf_probe_read_user},
-    macros::tracepoint,
-    programs::TracePointContext,
+    macros::{fentry, fexit, tracepoint},
+    programs::{FEntryContext, FExitContext, TracePointContext},
 };
 use uvmwatch_common::{
     counter, hist_bucket, node, result, rm_cmd_key, CmdKey, InflightIoctl, IoctlEvent, IoctlKey,
@@ -17,7 +21,7 @@ use uvmwatch_common::{
 
 use super::{SysExitArgs, SyscallHead};
 use crate::helpers::{
-    add_sample, bump, config, count, emit, failed, failure_allowed, header, ids, node_of_fd,
+    add_sample, bump, config, count, emit, failed, failure_allowed, header, ids, kread, node_of_fd,
 };
 use crate::maps::{
     CMDS, INFLIGHT_CUINIT, INFLIGHT_IOCTL, IOCTL_HIST, IOCTL_RESULTS, NAMED_CMDS, PROCS, ZERO_HIST,
@@ -55,18 +59,44 @@ struct SysEnterIoctlArgs {
 /// `syscalls:sys_enter_ioctl` ([`SysEnterIoctlArgs`]).
 #[tracepoint]
 pub fn ioctl_enter(ctx: TracePointContext) -> u32 {
-    let _ = try_ioctl_enter(&ctx);
+    if let Ok(args) = unsafe { ctx.read_at::<SysEnterIoctlArgs>(0) } {
+        let _ = enter(args.fd, args.cmd, args.arg);
+    }
     0
 }
 
-fn try_ioctl_enter(ctx: &TracePointContext) -> Option<()> {
+/// fentry on `__x64_sys_ioctl(const struct pt_regs *regs)`: the call's arguments, read from
+/// the registers at the offsets of `Config::fentry`.
+#[fentry(function = "__x64_sys_ioctl")]
+pub fn ioctl_fentry(ctx: FEntryContext) -> u32 {
+    let _ = syscall_args(ctx.arg::<u64>(0)).map(|(fd, cmd, arg)| enter(fd, cmd, arg));
+    0
+}
+
+/// The ioctl's `(fd, cmd, arg)` from its `struct pt_regs *`.
+#[inline(always)]
+fn syscall_args(regs: u64) -> Option<(u64, u64, u64)> {
+    let o = &config()?.fentry;
+    if o.ready == 0 {
+        return None;
+    }
+    Some((
+        kread(regs + o.regs_arg0 as u64)?,
+        kread(regs + o.regs_arg1 as u64)?,
+        kread(regs + o.regs_arg2 as u64)?,
+    ))
+}
+
+/// What both enters do: put the call in `INFLIGHT_IOCTL` when it is on an NVIDIA node of a
+/// process in `PROCS`.
+#[inline(always)]
+fn enter(fd: u64, cmd: u64, arg: u64) -> Option<()> {
     let (tgid, tid) = ids();
     // One hash lookup for every process that never touched an NVIDIA node (the host's
     // other ioctls: terminals, sockets, block devices) instead of reading its fd table.
     unsafe { PROCS.get(&tgid) }?;
     let cfg = config()?;
-    let args: SysEnterIoctlArgs = unsafe { ctx.read_at(0) }.ok()?;
-    let fd = args.fd as u32;
+    let fd = fd as u32;
     let (node, minor) = if (fd as i32) < 0 {
         // Not a node, but a call the process meant for one (`UVM_DEINITIALIZE` on -errno).
         (node::INVALID_FD, 0)
@@ -79,10 +109,10 @@ fn try_ioctl_enter(ctx: &TracePointContext) -> Option<()> {
     let in_cuinit = unsafe { INFLIGHT_CUINIT.get(&tid) }.is_some();
     let e = InflightIoctl {
         start_ns: unsafe { bpf_ktime_get_ns() },
-        arg: args.arg,
+        arg,
         tgid,
         fd,
-        cmd: args.cmd as u32,
+        cmd: cmd as u32,
         node,
         minor,
         in_cuinit: in_cuinit as u8,
@@ -121,15 +151,25 @@ fn named(node_kind: u8, cmd: u32) -> bool {
 /// `syscalls:sys_exit_ioctl` ([`SysExitArgs`]).
 #[tracepoint]
 pub fn ioctl_exit(ctx: TracePointContext) -> u32 {
-    let _ = try_ioctl_exit(&ctx);
+    if let Ok(args) = unsafe { ctx.read_at::<SysExitArgs>(0) } {
+        let _ = exit(args.ret);
+    }
     0
 }
 
-fn try_ioctl_exit(ctx: &TracePointContext) -> Option<()> {
+/// fexit on `__x64_sys_ioctl`: its return value follows its one argument.
+#[fexit(function = "__x64_sys_ioctl")]
+pub fn ioctl_fexit(ctx: FExitContext) -> u32 {
+    let _ = exit(ctx.arg::<i64>(1));
+    0
+}
+
+/// What both exits do with the call in flight on this thread, which returned `ret`.
+#[inline(always)]
+fn exit(ret: i64) -> Option<()> {
     let (tgid, tid) = ids();
     let call = *unsafe { INFLIGHT_IOCTL.get(&tid) }?;
     let _ = INFLIGHT_IOCTL.remove(&tid);
-    let ret = unsafe { ctx.read_at::<SysExitArgs>(0) }.ok()?.ret;
     let now = unsafe { bpf_ktime_get_ns() };
     let dur = now.saturating_sub(call.start_ns);
 

@@ -1,5 +1,10 @@
-//! `open`, `openat` and `openat2` enter, and their one exit. The enter keeps only the path's
-//! address, the flags and the time (`PENDING_OPEN`); the exit identifies what was opened:
+//! Opens, on either backend. Tracepoints: `open`, `openat` and `openat2` enter, and their
+//! one exit; the enter keeps only the path's address, the flags and the time
+//! (`PENDING_OPEN`). Fentry: fexit on `do_filp_open` (every path open, whichever syscall or
+//! io_uring made it, gives the kernel's copy of the path and the new `struct file *` or
+//! `ERR_PTR`), with fentry on `chrdev_open` stamping the start of an NVIDIA character
+//! device's open (only character device opens run it; no map is touched for any other
+//! file). The exit identifies what was opened the same way on both:
 //!
 //! - a successful open by the new fd's file: a character device by its number (NVIDIA's
 //!   195, nvidia-uvm's major from `/proc/devices`), any other file by its own name (its
@@ -15,9 +20,12 @@
 //! reported.
 
 use aya_ebpf::{
-    helpers::{bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_str_bytes},
-    macros::tracepoint,
-    programs::TracePointContext,
+    helpers::{
+        bpf_ktime_get_ns, bpf_probe_read_kernel_str_bytes, bpf_probe_read_user,
+        bpf_probe_read_user_str_bytes,
+    },
+    macros::{fentry, fexit, tracepoint},
+    programs::{FEntryContext, FExitContext, TracePointContext},
 };
 use uvmwatch_common::{
     classify_dev_path, classify_rdev, counter, node, DevFile, OpenEvent, OpenKey, EVENT_OPEN,
@@ -27,7 +35,7 @@ use uvmwatch_common::{
 use super::{SysExitArgs, SyscallHead};
 use crate::helpers::{
     bump, config, count, emit, ensure_proc, failure_allowed, file_id, file_name_kind, file_of_fd,
-    header, ids, FileId, Named,
+    header, ids, kread, FileId, Named,
 };
 use crate::maps::{PendingOpen, DEVFILES, INFLIGHT_CUINIT, OPENS, PENDING_OPEN, SCRATCH_OPEN};
 
@@ -170,7 +178,10 @@ fn enter(filename: u64, open_flags: u64) -> Option<()> {
         filename,
         open_flags,
         start_ns: unsafe { bpf_ktime_get_ns() },
-        in_cuinit: unsafe { INFLIGHT_CUINIT.get(&tid) }.is_some() as u32,
+        in_cuinit: unsafe { INFLIGHT_CUINIT.get(&tid) }.is_some() as u8,
+        node: node::NONE,
+        minor: 0,
+        kernel_path: 0,
         _pad: 0,
     };
     if PENDING_OPEN.insert(&tid, &p, 0).is_err() {
@@ -200,6 +211,118 @@ fn try_open_exit(ctx: &TracePointContext) -> Option<()> {
     }
 }
 
+/// fentry on `chrdev_open(struct inode *inode, struct file *filp)`: the start of an open of
+/// an NVIDIA character device (its number read from the inode), for `do_filp_open`'s exit.
+#[fentry(function = "chrdev_open")]
+pub fn chrdev_fentry(ctx: FEntryContext) -> u32 {
+    let _ = chrdev_entered(ctx.arg::<u64>(0));
+    0
+}
+
+#[inline(always)]
+fn chrdev_entered(inode: u64) -> Option<()> {
+    let cfg = config()?;
+    let rdev: u32 = kread(inode + cfg.files.inode_rdev as u64)?;
+    let (node_kind, minor) = classify_rdev(rdev, cfg.uvm_major);
+    if node_kind == node::NONE {
+        return None;
+    }
+    let (tgid, tid) = ids();
+    if tgid == cfg.agent_tgid {
+        return None;
+    }
+    let p = PendingOpen {
+        filename: 0,
+        open_flags: 0,
+        start_ns: unsafe { bpf_ktime_get_ns() },
+        in_cuinit: unsafe { INFLIGHT_CUINIT.get(&tid) }.is_some() as u8,
+        node: node_kind,
+        minor,
+        kernel_path: 1,
+        _pad: 0,
+    };
+    if PENDING_OPEN.insert(&tid, &p, 0).is_err() {
+        bump(counter::PENDING_OPEN_FULL);
+    }
+    None
+}
+
+/// fexit on `do_filp_open(int dfd, struct filename *pathname, const struct open_flags *op)`,
+/// which returns the new `struct file *` or an `ERR_PTR`.
+#[fexit(function = "do_filp_open")]
+pub fn open_fexit(ctx: FExitContext) -> u32 {
+    let _ = filp_opened(ctx.arg::<u64>(1), ctx.arg::<u64>(2), ctx.arg::<u64>(3));
+    0
+}
+
+#[inline(always)]
+fn filp_opened(pathname: u64, op: u64, ret: u64) -> Option<()> {
+    let cfg = config()?;
+    if cfg.fentry.ready == 0 {
+        return None;
+    }
+    let (tgid, tid) = ids();
+    if tgid == cfg.agent_tgid {
+        return None;
+    }
+    let now = unsafe { bpf_ktime_get_ns() };
+    // Only an NVIDIA device's open left a stamp; any other open touches no map here unless
+    // it is of a file to report.
+    let mut p = match unsafe { PENDING_OPEN.get(&tid) } {
+        Some(p) => {
+            let p = *p;
+            let _ = PENDING_OPEN.remove(&tid);
+            p
+        }
+        // No start seen: not an NVIDIA character device (a double's open time is not
+        // measured on this backend).
+        None => PendingOpen {
+            filename: 0,
+            open_flags: 0,
+            start_ns: now,
+            in_cuinit: 0,
+            node: node::NONE,
+            minor: 0,
+            kernel_path: 1,
+            _pad: 0,
+        },
+    };
+    let args = Some(FilpArgs { pathname, op });
+    let err = ret as i64;
+    if (-4095..0).contains(&err) {
+        complete(&mut p, args, tid);
+        open_failed(&p, tgid, tid, err, now)
+    } else {
+        // The fd is not installed yet inside `do_filp_open`: a successful open reports 0.
+        opened_file(&mut p, args, tgid, tid, ret, 0, now)
+    }
+}
+
+/// `do_filp_open`'s arguments (fentry backend), read only when an open is to be reported.
+#[derive(Clone, Copy)]
+struct FilpArgs {
+    /// `struct filename *`.
+    pathname: u64,
+    /// `const struct open_flags *`.
+    op: u64,
+}
+
+/// Fills in what the fentry backend reads late: the kernel's copy of the path, the flags and,
+/// for an open no `chrdev_open` stamped, whether it is inside `cuInit`. Nothing to do on the
+/// tracepoint backend (`args` is `None`).
+#[inline(always)]
+fn complete(p: &mut PendingOpen, args: Option<FilpArgs>, tid: u32) {
+    let (Some(a), Some(cfg)) = (args, config()) else {
+        return;
+    };
+    let o = &cfg.fentry;
+    p.filename = kread(a.pathname + o.filename_name as u64).unwrap_or(0);
+    p.open_flags = kread::<u32>(a.op + o.open_flags_flag as u64).unwrap_or(0) as u64;
+    if p.node == node::NONE {
+        p.in_cuinit = unsafe { INFLIGHT_CUINIT.get(&tid) }.is_some() as u8;
+    }
+}
+
 /// The record of open `p` in `SCRATCH_OPEN`, its path empty.
 #[inline(always)]
 fn record(
@@ -223,10 +346,17 @@ fn record(
     Some(ev)
 }
 
-/// Reads the caller's path into `ev`; `false` when it cannot be read.
+/// Reads the path of open `p` into `ev` (the caller's, or on the fentry backend the
+/// kernel's copy of it); `false` when it cannot be read.
 #[inline(always)]
-fn read_path(ev: &mut OpenEvent, filename: u64) -> bool {
-    match unsafe { bpf_probe_read_user_str_bytes(filename as *const u8, &mut ev.path) } {
+fn read_path(ev: &mut OpenEvent, p: &PendingOpen) -> bool {
+    let at = p.filename as *const u8;
+    let r = if p.kernel_path != 0 {
+        unsafe { bpf_probe_read_kernel_str_bytes(at, &mut ev.path) }
+    } else {
+        unsafe { bpf_probe_read_user_str_bytes(at, &mut ev.path) }
+    };
+    match r {
         Ok(s) => {
             if s.len() >= PATH_LEN - 1 {
                 ev.flags |= OPEN_PATH_TRUNCATED;
@@ -240,11 +370,26 @@ fn read_path(ev: &mut OpenEvent, filename: u64) -> bool {
     }
 }
 
-/// A successful open as `fd`: identified by its file.
+/// A successful open as `fd` (tracepoint backend): identified by its file.
 #[inline(always)]
 fn opened(p: &PendingOpen, tgid: u32, tid: u32, fd: u32, now: u64) -> Option<()> {
+    let file = file_of_fd(config()?, fd)?;
+    let mut p = *p;
+    opened_file(&mut p, None, tgid, tid, file, fd, now)
+}
+
+/// A successful open of `struct file *file` as `fd`: identified by what the file is.
+#[inline(always)]
+fn opened_file(
+    p: &mut PendingOpen,
+    args: Option<FilpArgs>,
+    tgid: u32,
+    tid: u32,
+    file: u64,
+    fd: u32,
+    now: u64,
+) -> Option<()> {
     let cfg = config()?;
-    let file = file_of_fd(cfg, fd)?;
     let (node_kind, minor) = match file_id(cfg, file)? {
         FileId::Chr { rdev } => classify_rdev(rdev, cfg.uvm_major),
         FileId::Other { key } => match file_name_kind(cfg, file)? {
@@ -259,6 +404,7 @@ fn opened(p: &PendingOpen, tgid: u32, tid: u32, fd: u32, now: u64) -> Option<()>
                 (k, m)
             }
             Named::Libcuda => {
+                complete(p, args, tid);
                 // Libraries are opened read-only by the loader; writes (copies, image
                 // extraction) are not loads.
                 if p.open_flags & O_ACCMODE != O_RDONLY {
@@ -268,7 +414,7 @@ fn opened(p: &PendingOpen, tgid: u32, tid: u32, fd: u32, now: u64) -> Option<()>
                 let ev = record(p, tgid, tid, fd as i64, now, node::NONE, 0)?;
                 ev.flags |= OPEN_LIBCUDA;
                 // The path user space attaches through (in the caller's mount namespace).
-                read_path(ev, p.filename);
+                read_path(ev, p);
                 emit(ev);
                 return Some(());
             }
@@ -285,6 +431,7 @@ fn opened(p: &PendingOpen, tgid: u32, tid: u32, fd: u32, now: u64) -> Option<()>
     };
     count(&OPENS, &key, counter::OPENS_FULL);
     let _ = ensure_proc(tgid, now);
+    complete(p, args, tid);
     if p.in_cuinit != 0 {
         let ev = record(p, tgid, tid, fd as i64, now, node_kind, minor)?;
         emit(ev);
@@ -296,7 +443,7 @@ fn opened(p: &PendingOpen, tgid: u32, tid: u32, fd: u32, now: u64) -> Option<()>
 #[inline(always)]
 fn open_failed(p: &PendingOpen, tgid: u32, tid: u32, ret: i64, now: u64) -> Option<()> {
     let ev = record(p, tgid, tid, ret, now, node::NONE, 0)?;
-    if !read_path(ev, p.filename) {
+    if !read_path(ev, p) && p.node == node::NONE {
         bump(counter::PATH_UNREADABLE);
         return None;
     }
@@ -306,7 +453,13 @@ fn open_failed(p: &PendingOpen, tgid: u32, tid: u32, ret: i64, now: u64) -> Opti
         head[i] = ev.path[i];
         i += 1;
     }
-    let (node_kind, minor) = classify_dev_path(&head);
+    // A device the driver refused to open (fentry: `chrdev_open` ran for it) is known by
+    // its number; any other failure by its path.
+    let (node_kind, minor) = if p.node != node::NONE {
+        (p.node, p.minor)
+    } else {
+        classify_dev_path(&head)
+    };
     if node_kind == node::NONE {
         return None;
     }

@@ -1,9 +1,10 @@
 //! `uvmwatch bench-floor` (hidden): the floor reference of the overhead benchmark
 //! (`agent/benches/overhead.rs`, docs/testing.md). It loads the agent's eBPF object with the
-//! agent's loader ([`kernel::Kernel::load_floor`]) and attaches `floor_tp`, one per-CPU
-//! counter increment, to every tracepoint the agent attaches, then waits for SIGTERM or
-//! SIGINT. Measured against `uvmwatch run`, the difference is what the agent's program bodies
-//! cost; measured against no agent, what the tracepoint mechanism costs.
+//! agent's loader ([`kernel::Kernel::load_floor`]) and its choice of backend
+//! (`--probe-backend`), and attaches a floor program, one per-CPU counter increment, to every
+//! hook the agent attaches on that backend (tracepoints, or fentry/fexit functions), then
+//! waits for SIGTERM or SIGINT. Measured against `uvmwatch run`, the difference is what the
+//! agent's program bodies cost; measured against no agent, what the mechanism costs.
 
 use std::{io::Write, process::ExitCode};
 
@@ -11,9 +12,10 @@ use anyhow::{anyhow, Result};
 
 use crate::kernel;
 
-/// Runs the floor until SIGTERM or SIGINT. Prints `floor: attached N of M tracepoints` once
-/// attached (the benchmark waits for that line), and `floor: hits N` (the program's runs,
-/// summed over CPUs) when it stops. Exit 0; 1 when a tracepoint did not attach.
+/// Runs the floor until SIGTERM or SIGINT. Prints `floor: attached N of M probes (<backend>
+/// backend)` once attached (the benchmark waits for that line), and `floor: hits N` (the
+/// program's runs, summed over CPUs) when it stops; exit 0. When a probe does not attach it
+/// prints `floor: refused: <backend> backend: <why>` and exits 1 at once.
 ///
 /// # Errors
 /// Not root, or the object could not be loaded.
@@ -38,17 +40,34 @@ pub fn bench_floor(g: &super::Global) -> Result<ExitCode> {
         slow_ioctl_ns: 1_000_000_000,
         layout: &layout,
         failure_events_per_second: kernel::FAILURE_EVENTS_PER_SECOND,
+        backend: g.probe_backend,
     })?;
-    let rows = k.probe_states();
+    let b = k.backend().clone();
+    let rows: Vec<_> = k
+        .probe_states()
+        .into_iter()
+        .filter(|(_, st)| !matches!(st, kernel::registry::ProbeState::Standby(_)))
+        .collect();
     let attached = rows.iter().filter(|(_, st)| st.gauge() == 1).count();
     for (s, st) in rows.iter().filter(|(_, st)| st.gauge() == 0) {
         eprintln!("uvmwatch bench-floor: {} {st}", s.label);
     }
     let mut out = std::io::stdout();
+    if attached < rows.len() {
+        // The backend asked for is refused here: nothing to measure it by.
+        writeln!(
+            out,
+            "floor: refused: {} backend: {}",
+            b.backend.name(),
+            b.why
+        )?;
+        return Ok(ExitCode::from(1));
+    }
     writeln!(
         out,
-        "floor: attached {attached} of {} tracepoints",
-        rows.len()
+        "floor: attached {attached} of {} probes ({} backend)",
+        rows.len(),
+        b.backend.name()
     )?;
     out.flush()?;
     let mut sig: libc::c_int = 0;

@@ -89,6 +89,7 @@ impl CaptureArgs {
                 host_root: g.host_root.clone(),
             }),
             driver: g.driver(),
+            backend: g.probe_backend,
             ..RunConfig::new()
         }
     }

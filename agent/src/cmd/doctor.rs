@@ -219,6 +219,7 @@ impl Listener for ProbeListener {
 pub fn probe(libcuda: &[PathBuf], deadline: Duration, g: &Global) -> anyhow::Result<ProbeRun> {
     let cfg = RunConfig {
         driver: g.driver(),
+        backend: g.probe_backend,
         cuinit_stall: deadline,
         ioctl_stall: deadline,
         slow_ioctl: Duration::from_millis(100),

@@ -15,7 +15,7 @@ use std::{path::PathBuf, process::ExitCode};
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
-use crate::{export::log, observer::driver::DriverFrom};
+use crate::{export::log, kernel::registry::BackendChoice, observer::driver::DriverFrom};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -45,6 +45,17 @@ struct Cli {
         value_name = "X.Y.Z"
     )]
     driver_version: Option<crate::decode::layouts::DriverVersion>,
+    /// How the opens and ioctls are hooked: fentry/fexit on the kernel functions where the
+    /// kernel allows trampolines (only their callers pay), else the syscall tracepoints (every
+    /// syscall of every thread pays); `auto` picks, and `uvmwatch probes` says which and why.
+    #[arg(
+        long,
+        value_enum,
+        default_value_t = BackendChoice::Auto,
+        global = true,
+        env = "UVMWATCH_PROBE_BACKEND"
+    )]
+    probe_backend: BackendChoice,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -102,6 +113,8 @@ pub struct Global {
     pub host_root: Option<PathBuf>,
     /// `--driver-version`.
     pub driver_version: Option<crate::decode::layouts::DriverVersion>,
+    /// `--probe-backend`.
+    pub probe_backend: BackendChoice,
 }
 
 impl Global {
@@ -172,6 +185,7 @@ pub fn main() -> ExitCode {
         log_format: cli.log_format.resolve(),
         host_root: cli.host_root.clone(),
         driver_version: cli.driver_version,
+        probe_backend: cli.probe_backend,
     };
     log::init(global.log_format, &cli.log_level);
     if let Some(h) = &cli.host_root {

@@ -108,6 +108,7 @@ pub fn run(a: RunArgs, g: &Global) -> anyhow::Result<ExitCode> {
         }),
         diagnosis_ttl: a.diagnosis_ttl,
         evidence_refresh: a.evidence_refresh,
+        backend: g.probe_backend,
     };
     let metrics = Metrics::with_workload_labels(a.workload_labels)?;
     let health = Health::new();

@@ -150,6 +150,8 @@ pub enum Kind {
         libcuda_targets: usize,
         /// What the agent can see here, feature by feature.
         features: Vec<crate::observer::features::Feature>,
+        /// The backend the syscalls are hooked with, and why.
+        backend: crate::kernel::registry::BackendChosen,
     },
     /// The diagnosis facts changed.
     EvidenceChanged,
@@ -500,6 +502,10 @@ pub struct Started {
     pub libcuda_targets: usize,
     pub cuinit_stall: Duration,
     pub ioctl_stall: Duration,
+    /// `fentry` or `tracepoint` (`kernel::registry::Backend::name`).
+    pub backend: &'static str,
+    /// Why that backend (the kernel's refusal of the other, or the flag).
+    pub backend_reason: String,
 }
 
 /// Which driver release's ioctl params layouts the kernel side reads statuses with

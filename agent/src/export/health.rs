@@ -166,6 +166,11 @@ mod tests {
                 probes: vec![],
                 libcuda_targets: 0,
                 features,
+                backend: crate::kernel::registry::BackendChosen {
+                    backend: crate::kernel::registry::Backend::Tracepoint,
+                    cause: "flag",
+                    why: "test".into(),
+                },
             },
         )));
     }

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
-use uvmwatch_common::FileOffsets;
+use uvmwatch_common::{FentryOffsets, FileOffsets};
 
 /// `BTF_MAGIC` (`include/uapi/linux/btf.h`).
 const BTF_MAGIC: u16 = 0xeb9f;
@@ -220,10 +220,34 @@ pub fn file_offsets(btf: &Btf) -> Result<FileOffsets> {
     })
 }
 
+/// The argument offsets of the fentry/fexit programs, from `btf`: the syscall registers
+/// (x86-64 `struct pt_regs`: `di`, `si`, `dx`), `filename.name` and `open_flags.open_flag`.
+/// An error (another architecture, a kernel without these members) keeps the fentry
+/// backend off.
+pub fn fentry_offsets(btf: &Btf) -> Result<FentryOffsets> {
+    let o = |s: &str, m: &str| btf.member_offset(s, m);
+    Ok(FentryOffsets {
+        regs_arg0: o("pt_regs", "di")?,
+        regs_arg1: o("pt_regs", "si")?,
+        regs_arg2: o("pt_regs", "dx")?,
+        filename_name: o("filename", "name")?,
+        open_flags_flag: o("open_flags", "open_flag")?,
+        ready: 1,
+    })
+}
+
 /// [`file_offsets`] of the running kernel.
 pub fn running_kernel_offsets() -> Result<FileOffsets> {
-    file_offsets(&Btf::from_file(Path::new("/sys/kernel/btf/vmlinux"))?)
+    file_offsets(&running_kernel()?)
 }
+
+/// The running kernel's BTF (`/sys/kernel/btf/vmlinux`).
+pub fn running_kernel() -> Result<Btf> {
+    Btf::from_file(Path::new(VMLINUX_BTF))
+}
+
+/// Where the running kernel publishes its BTF.
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 #[cfg(test)]
 mod tests {

@@ -15,9 +15,9 @@ use aya::{
     programs::{
         kprobe::KProbeLinkId,
         uprobe::{UProbeLinkId, UProbeScope},
-        KProbe, TracePoint, UProbe,
+        FEntry, FExit, KProbe, TracePoint, UProbe,
     },
-    Ebpf, EbpfLoader,
+    Btf as AyaBtf, Ebpf, EbpfLoader,
 };
 use uvmwatch_common::{
     counter, kdev_from, CmdInfo, CmdKey, Config, DevFile, DevFileKey, InflightCuinit,
@@ -31,7 +31,10 @@ pub mod tracefs;
 
 use crate::decode::layouts::Layout;
 use kallsyms::Kallsyms;
-use registry::{self as probes, Attach, ProbeSpec, ProbeState, UVM_MODULE};
+use registry::{
+    self as probes, Attach, Backend, BackendChoice, BackendChosen, ProbeSpec, ProbeState,
+    UVM_MODULE,
+};
 
 /// The eBPF object (`bpfel-unknown-none`, built by `build.rs` from `agent-ebpf`).
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/uvmwatch-ebpf"));
@@ -45,6 +48,8 @@ pub struct KernelSettings<'a> {
     pub layout: &'a Layout,
     /// Failure records one process may send per second (0: no limit).
     pub failure_events_per_second: u32,
+    /// How the syscalls are hooked ([`BackendChoice::Auto`]: fentry where allowed).
+    pub backend: BackendChoice,
 }
 
 /// [`KernelSettings::failure_events_per_second`] by default: far above what a failing start
@@ -87,6 +92,8 @@ pub struct Kernel {
     pub tracefs: Option<PathBuf>,
     /// What `CONFIG` holds (rewritten when `nvidia-uvm`'s major changes).
     config: Config,
+    /// The backend the syscalls are hooked with, and why.
+    backend: BackendChosen,
 }
 
 /// `nvidia-uvm`'s character major as `/proc/devices` lists it now (`None` while it is not
@@ -198,10 +205,16 @@ impl Kernel {
             targets: StdHashMap::new(),
             tracefs,
             config: Config::default(),
+            backend: BackendChosen {
+                backend: Backend::Tracepoint,
+                cause: "flag",
+                why: String::new(),
+            },
         };
         k.load_layout(settings.layout)?;
         k.load_named_cmds()?;
         k.write_config(settings)?;
+        k.choose_backend(settings.backend);
         k.load_programs();
         k.attach_tracepoints();
         k.attach_kprobes();
@@ -261,13 +274,24 @@ impl Kernel {
             ),
             None => (None, None),
         };
-        let files = match btf::running_kernel_offsets() {
+        let btf = btf::running_kernel();
+        let files = match btf
+            .as_ref()
+            .map_err(|e| anyhow!("{e:#}"))
+            .and_then(btf::file_offsets)
+        {
             Ok(o) => o,
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), "no struct offsets from the kernel's BTF: successful device opens and driver calls cannot be identified (failed opens and cuInit still are)");
                 Default::default()
             }
         };
+        // Missing, these only keep the fentry backend off (`choose_backend` says why).
+        let fentry = btf
+            .as_ref()
+            .ok()
+            .and_then(|b| btf::fentry_offsets(b).ok())
+            .unwrap_or_default();
         let cfg = Config {
             slow_ioctl_ns: s.slow_ioctl_ns,
             agent_tgid: std::process::id(),
@@ -278,6 +302,7 @@ impl Kernel {
             uvm_major: uvm_major().unwrap_or(0),
             _pad: 0,
             files,
+            fentry,
         };
         if fork_off.is_none() {
             tracing::warn!("sched_process_fork format not readable; assuming child_pid at 44");
@@ -313,11 +338,152 @@ impl Kernel {
         }
     }
 
+    /// Picks the backend the syscalls are hooked with: on `auto` or `fentry`, loads and
+    /// attaches every fentry/fexit probe; if the kernel refuses one, detaches them all and
+    /// (on `auto`) falls back to the tracepoints, keeping the kernel's reason. The probes of
+    /// the backend not used are put on standby, each saying why.
+    fn choose_backend(&mut self, choice: BackendChoice) {
+        let fentry: Vec<usize> = (0..self.specs.len())
+            .filter(|&i| matches!(self.specs[i].attach, Attach::Fentry { .. }))
+            .collect();
+        let attempt = match choice {
+            BackendChoice::Tracepoint => Err("--probe-backend tracepoint".to_string()),
+            _ => self.attach_fentry(&fentry),
+        };
+        let (backend, cause, why, standby) = match (attempt, choice) {
+            (Ok(()), _) => (
+                Backend::Fentry,
+                "trampolines_allowed",
+                "the kernel allows trampolines".to_string(),
+                "the fentry backend is attached".to_string(),
+            ),
+            (Err(flag), BackendChoice::Tracepoint) => {
+                (Backend::Tracepoint, "flag", flag.clone(), flag)
+            }
+            (Err(e), BackendChoice::Fentry) => {
+                for &i in &fentry {
+                    self.states[i] = ProbeState::Unavailable(format!("fentry refused: {e}"));
+                }
+                (
+                    Backend::Fentry,
+                    "flag",
+                    format!("--probe-backend fentry, refused: {e}"),
+                    "--probe-backend fentry".to_string(),
+                )
+            }
+            (Err(e), BackendChoice::Auto) => {
+                let why = format!("fentry refused: {e}");
+                for &i in &fentry {
+                    self.states[i] =
+                        ProbeState::Standby(format!("{why}; the syscall tracepoints are used"));
+                }
+                (Backend::Tracepoint, "fentry_refused", why, String::new())
+            }
+        };
+        let other = match backend {
+            Backend::Fentry => Backend::Tracepoint,
+            Backend::Tracepoint => Backend::Fentry,
+        };
+        if !standby.is_empty() {
+            for i in 0..self.specs.len() {
+                if self.specs[i].backend == Some(other) {
+                    self.states[i] = ProbeState::Standby(standby.clone());
+                }
+            }
+        }
+        tracing::debug!(backend = backend.name(), why = %why, "syscall hooks");
+        self.backend = BackendChosen {
+            backend,
+            cause,
+            why,
+        };
+    }
+
+    /// Loads and attaches the fentry/fexit probes `which`; on the first refusal unloads
+    /// them all (detaching what was attached) and returns the kernel's reason.
+    fn attach_fentry(&mut self, which: &[usize]) -> std::result::Result<(), String> {
+        if which.is_empty() {
+            return Err("no fentry probes in this program set".into());
+        }
+        if self.config.fentry.ready == 0 {
+            return Err(format!(
+                "the argument offsets (pt_regs.di/si/dx, filename.name, open_flags.open_flag) \
+                 are not in {}",
+                btf::VMLINUX_BTF
+            ));
+        }
+        let btf =
+            AyaBtf::from_sys_fs().map_err(|e| format!("reading {}: {e}", btf::VMLINUX_BTF))?;
+        let mut done: Vec<usize> = Vec::new();
+        let mut failure = None;
+        for &i in which {
+            let spec = self.specs[i];
+            let Attach::Fentry { function, ret } = spec.attach else {
+                continue;
+            };
+            let r: Result<()> = (|| {
+                let prog = self
+                    .bpf
+                    .program_mut(spec.program)
+                    .ok_or_else(|| anyhow!("program {} not in the object", spec.program))?;
+                if ret {
+                    let p: &mut FExit = prog.try_into()?;
+                    p.load(function, &btf)?;
+                    p.attach()?;
+                } else {
+                    let p: &mut FEntry = prog.try_into()?;
+                    p.load(function, &btf)?;
+                    p.attach()?;
+                }
+                Ok(())
+            })();
+            done.push(i);
+            match r {
+                Ok(()) => self.states[i] = ProbeState::Attached(1),
+                Err(e) => {
+                    failure = Some(format!(
+                        "the kernel refused {} on {function}: {}",
+                        spec.attach.kind(),
+                        refusal(&e)
+                    ));
+                    break;
+                }
+            }
+        }
+        let Some(why) = failure else {
+            return Ok(());
+        };
+        for i in done {
+            let ret = matches!(self.specs[i].attach, Attach::Fentry { ret: true, .. });
+            if let Some(p) = self.bpf.program_mut(self.specs[i].program) {
+                // Unloading detaches the program's links too.
+                let _ = if ret {
+                    <&mut FExit>::try_from(p).map(|p| p.unload())
+                } else {
+                    <&mut FEntry>::try_from(p).map(|p| p.unload())
+                };
+            }
+        }
+        Err(why)
+    }
+
+    /// The backend the syscalls are hooked with, and why it was chosen.
+    pub fn backend(&self) -> &BackendChosen {
+        &self.backend
+    }
+
     fn load_programs(&mut self) {
         let mut done: StdHashMap<&'static str, Result<(), String>> = StdHashMap::new();
         for (i, spec) in self.specs.iter().enumerate() {
             if matches!(spec.attach, Attach::Kprobe { .. }) && !kprobes_supported() {
                 // Not even loadable where the kernel has no kprobes.
+                continue;
+            }
+            // Trampolines are loaded for their function by `choose_backend`; the other
+            // backend's probes are not loaded at all.
+            if matches!(spec.attach, Attach::Fentry { .. })
+                || matches!(self.states[i], ProbeState::Standby(_))
+            {
                 continue;
             }
             let r = done
@@ -345,6 +511,7 @@ impl Kernel {
                 continue;
             };
             if matches!(self.states[i], ProbeState::Unavailable(ref s) if s.starts_with("program rejected"))
+                || matches!(self.states[i], ProbeState::Standby(_))
             {
                 continue;
             }
@@ -373,7 +540,7 @@ impl Kernel {
             };
         }
         for (spec, st) in self.specs.iter().zip(&self.states) {
-            if spec.required && !matches!(st, ProbeState::Attached(_)) {
+            if spec.required && !matches!(st, ProbeState::Attached(_) | ProbeState::Standby(_)) {
                 tracing::error!(probe = spec.label, state = %st, "required probe not attached");
             }
         }
@@ -953,6 +1120,37 @@ fn short_verifier_error(e: &str) -> String {
     format!("{first}: {} [{}]", verdict.trim(), stats.join(" "))
 }
 
+/// What the kernel said refusing a program: the errno by name and, when the verifier ran,
+/// its verdict ([`short_verifier_error`]); an empty verifier log means the program was
+/// refused before verification (a permission: lockdown, an LSM, a sysctl).
+fn refusal(e: &anyhow::Error) -> String {
+    if let Some(aya::programs::ProgramError::LoadError {
+        io_error,
+        verifier_log,
+    }) = e.downcast_ref::<aya::programs::ProgramError>()
+    {
+        let errno = io_error
+            .raw_os_error()
+            .map(|n| crate::decode::errno::label(n as u32))
+            .unwrap_or_else(|| "an error".into());
+        let log = verifier_log.to_string();
+        let log = log.trim();
+        if log.is_empty() {
+            return format!(
+                "BPF_PROG_LOAD failed with {errno} ({}) before verification, no verifier log",
+                io_error.kind()
+            );
+        }
+        return format!(
+            "BPF_PROG_LOAD failed with {errno}: {}",
+            short_verifier_error(&format!("x\n{log}"))
+                .trim_start_matches("x: ")
+                .trim_start_matches("x\n")
+        );
+    }
+    short_verifier_error(&format!("{e:#}"))
+}
+
 fn load_one(bpf: &mut Ebpf, spec: &ProbeSpec) -> Result<()> {
     let prog = bpf
         .program_mut(spec.program)
@@ -970,6 +1168,7 @@ fn load_one(bpf: &mut Ebpf, spec: &ProbeSpec) -> Result<()> {
             let p: &mut KProbe = prog.try_into()?;
             p.load()?;
         }
+        Attach::Fentry { .. } => return Err(anyhow!("fentry programs load with their function")),
     }
     Ok(())
 }

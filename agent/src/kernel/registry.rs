@@ -23,13 +23,19 @@ pub enum Attach {
         ret: bool,
         module: Option<&'static str>,
     },
+    /// A BPF trampoline (fentry, or fexit when `ret`) on a core-kernel function named in the
+    /// running kernel's BTF (needs `CONFIG_DEBUG_INFO_BTF` and trampolines: x86-64 5.5+,
+    /// arm64 6.0+; lockdown or a security module may refuse them).
+    Fentry { function: &'static str, ret: bool },
 }
 
 impl Attach {
-    /// `tracepoint`, `uprobe`, `uretprobe`, `kprobe` or `kretprobe`.
+    /// `tracepoint`, `uprobe`, `uretprobe`, `kprobe`, `kretprobe`, `fentry` or `fexit`.
     pub fn kind(&self) -> &'static str {
         match self {
             Attach::Tracepoint { .. } => "tracepoint",
+            Attach::Fentry { ret: false, .. } => "fentry",
+            Attach::Fentry { ret: true, .. } => "fexit",
             Attach::Uprobe { ret: false, .. } => "uprobe",
             Attach::Uprobe { ret: true, .. } => "uretprobe",
             Attach::Kprobe { ret: false, .. } => "kprobe",
@@ -76,6 +82,7 @@ const fn kp(
         },
         required: false,
         purpose,
+        backend: None,
     }
 }
 
@@ -120,23 +127,88 @@ pub fn all() -> Vec<ProbeSpec> {
         .collect()
 }
 
-/// The program of the overhead benchmark's floor reference (`agent-ebpf/src/probes/floor.rs`:
-/// one per-CPU counter increment). No entry of [`all`] names it, so `uvmwatch run` never
-/// loads it.
+/// The program of the overhead benchmark's floor reference on a tracepoint
+/// (`agent-ebpf/src/probes/floor.rs`: one per-CPU counter increment). No entry of [`all`]
+/// names it, so `uvmwatch run` never loads it.
 pub const FLOOR_PROGRAM: &str = "floor_tp";
 
-/// The floor reference's probes (`uvmwatch bench-floor`): every tracepoint of [`REGISTRY`],
-/// with its label and attach point, running [`FLOOR_PROGRAM`] instead of the agent's program.
+/// The floor program standing in for an fentry/fexit program of the agent's (one per
+/// function and direction: a trampoline program is loaded for one function).
+fn floor_trampoline(program: &str) -> Option<&'static str> {
+    Some(match program {
+        "ioctl_fentry" => "floor_fe_ioctl",
+        "ioctl_fexit" => "floor_fx_ioctl",
+        "chrdev_fentry" => "floor_fe_chrdev",
+        "open_fexit" => "floor_fx_open",
+        _ => return None,
+    })
+}
+
+/// The floor reference's probes (`uvmwatch bench-floor`): every tracepoint and fentry/fexit
+/// probe of [`REGISTRY`], with its label, attach point and backend, running a floor program
+/// (one map operation) instead of the agent's. The loader picks the backend for the floor as
+/// it does for the agent.
 pub fn floor() -> Vec<ProbeSpec> {
     REGISTRY
         .iter()
-        .filter(|p| matches!(p.attach, Attach::Tracepoint { .. }))
-        .map(|p| ProbeSpec {
-            program: FLOOR_PROGRAM,
-            purpose: "floor reference of the overhead benchmark: one map operation",
-            ..*p
+        .filter_map(|p| {
+            let program = match p.attach {
+                Attach::Tracepoint { .. } => FLOOR_PROGRAM,
+                Attach::Fentry { .. } => floor_trampoline(p.program)?,
+                _ => return None,
+            };
+            Some(ProbeSpec {
+                program,
+                purpose: "floor reference of the overhead benchmark: one map operation",
+                ..*p
+            })
         })
         .collect()
+}
+
+/// How the syscalls the agent needs (opens and ioctls) are hooked. Every other probe (the
+/// `sched` tracepoints, uprobes, kprobes) is the same on both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// fentry/fexit on the kernel functions (`__x64_sys_ioctl`, `do_filp_open`,
+    /// `chrdev_open`): only those functions' callers pay.
+    Fentry,
+    /// The `syscalls:sys_{enter,exit}_*` tracepoints: enabling any of them puts every
+    /// syscall of every thread on the kernel's slow path.
+    Tracepoint,
+}
+
+impl Backend {
+    /// `fentry` or `tracepoint`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Fentry => "fentry",
+            Backend::Tracepoint => "tracepoint",
+        }
+    }
+}
+
+/// The backend the loader chose, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendChosen {
+    pub backend: Backend,
+    /// Why, in one bounded word (the `reason` label of `uvmwatch_probe_backend_info`):
+    /// `trampolines_allowed`, `fentry_refused` or `flag`.
+    pub cause: &'static str,
+    /// Why, in words (the kernel's refusal, or the flag).
+    pub why: String,
+}
+
+/// Which backend `uvmwatch run --probe-backend` asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum BackendChoice {
+    /// fentry where the kernel allows trampolines, else the tracepoints.
+    #[default]
+    Auto,
+    /// fentry only (nothing of the syscalls is seen where it is refused).
+    Fentry,
+    /// The syscall tracepoints only.
+    Tracepoint,
 }
 
 /// One entry of the registry.
@@ -152,6 +224,8 @@ pub struct ProbeSpec {
     pub required: bool,
     /// What the probe gives, for `uvmwatch probes`.
     pub purpose: &'static str,
+    /// The backend it belongs to (`None`: attached on both).
+    pub backend: Option<Backend>,
 }
 
 const fn tp(
@@ -168,11 +242,61 @@ const fn tp(
         attach: Attach::Tracepoint { category, name },
         required,
         purpose,
+        backend: if matches!(category.as_bytes(), b"syscalls") {
+            Some(Backend::Tracepoint)
+        } else {
+            None
+        },
+    }
+}
+
+const fn fe(
+    label: &'static str,
+    program: &'static str,
+    function: &'static str,
+    ret: bool,
+    purpose: &'static str,
+) -> ProbeSpec {
+    ProbeSpec {
+        label,
+        program,
+        attach: Attach::Fentry { function, ret },
+        required: true,
+        purpose,
+        backend: Some(Backend::Fentry),
     }
 }
 
 /// The tracepoints and uprobes, in attach order ([`all`] adds the kprobes of [`KFUNCS`]).
 pub const REGISTRY: &[ProbeSpec] = &[
+    fe(
+        "fentry:__x64_sys_ioctl",
+        "ioctl_fentry",
+        IOCTL_FUNCTION,
+        false,
+        "driver calls in flight (fentry backend: only ioctl(2) callers pay)",
+    ),
+    fe(
+        "fexit:__x64_sys_ioctl",
+        "ioctl_fexit",
+        IOCTL_FUNCTION,
+        true,
+        "driver call latency, errno and rmStatus (fentry backend)",
+    ),
+    fe(
+        "fentry:chrdev_open",
+        "chrdev_fentry",
+        "chrdev_open",
+        false,
+        "start of NVIDIA character device opens (fentry backend: only character device opens run it)",
+    ),
+    fe(
+        "fexit:do_filp_open",
+        "open_fexit",
+        "do_filp_open",
+        true,
+        "device open results and libcuda loads: the new file identified, the kernel's copy of the path read only on failure (fentry backend)",
+    ),
     tp(
         "syscalls:sys_enter_openat",
         "openat_enter",
@@ -270,6 +394,7 @@ pub const REGISTRY: &[ProbeSpec] = &[
         },
         required: false,
         purpose: "cuInit entry in every libcuda found",
+        backend: None,
     },
     ProbeSpec {
         label: "uretprobe:cuInit",
@@ -280,6 +405,7 @@ pub const REGISTRY: &[ProbeSpec] = &[
         },
         required: false,
         purpose: "cuInit result and duration",
+        backend: None,
     },
     up(
         "uprobe:cuCtxCreate",
@@ -380,8 +506,13 @@ const fn up(
         attach: Attach::Uprobe { symbol, ret },
         required: false,
         purpose,
+        backend: None,
     }
 }
+
+/// The function every `ioctl(2)` enters with its `struct pt_regs` (x86-64; `vfs_ioctl`, which
+/// takes the file, is inlined into it on 6.18 and has no fd).
+pub const IOCTL_FUNCTION: &str = "__x64_sys_ioctl";
 
 /// The libcuda symbol every probed library must define (the others are optional: a
 /// library lacking one says so in its probes' state).
@@ -396,6 +527,9 @@ pub enum ProbeState {
     Waiting(String),
     /// Not attached, with the reason.
     Unavailable(String),
+    /// Not used: a probe of the backend not chosen (why: the other one is attached, or the
+    /// flag). Nothing is lost by it.
+    Standby(String),
 }
 
 impl ProbeState {
@@ -412,6 +546,7 @@ impl fmt::Display for ProbeState {
             ProbeState::Attached(n) => write!(f, "attached ({n} targets)"),
             ProbeState::Waiting(why) => write!(f, "waiting: {why}"),
             ProbeState::Unavailable(why) => write!(f, "unavailable: {why}"),
+            ProbeState::Standby(why) => write!(f, "not used: {why}"),
         }
     }
 }
@@ -420,9 +555,9 @@ impl fmt::Display for ProbeState {
 /// the others grouped by state, one line per distinct reason followed by the probes it applies
 /// to, listed compactly (`kprobe+kretprobe: a, b` for both probes of functions `a` and `b`).
 pub fn render_table(rows: &[(ProbeSpec, ProbeState)]) -> String {
-    let (listed, rest): (Vec<_>, Vec<_>) = rows
-        .iter()
-        .partition(|(s, st)| s.required || st.gauge() == 1);
+    let (listed, rest): (Vec<_>, Vec<_>) = rows.iter().partition(|(s, st)| {
+        st.gauge() == 1 || (s.required && !matches!(st, ProbeState::Standby(_)))
+    });
     let mut out = String::new();
     if !listed.is_empty() {
         let w = listed
@@ -638,9 +773,9 @@ mod tests {
             assert!(seen.insert(p.label), "duplicate label {}", p.label);
             assert!(!p.program.is_empty());
         }
-        // 11 tracepoints, 14 uprobes (cuInit and the six context and device calls, each
-        // with its uretprobe), 30 kprobes.
-        assert_eq!(all().len(), 55);
+        // 4 fentry/fexit, 11 tracepoints, 14 uprobes (cuInit and the six context and device
+        // calls, each with its uretprobe), 30 kprobes.
+        assert_eq!(all().len(), 59);
         let uprobes: Vec<_> = REGISTRY
             .iter()
             .filter(|p| matches!(p.attach, Attach::Uprobe { .. }))
@@ -664,20 +799,57 @@ mod tests {
     }
 
     #[test]
-    fn the_floor_takes_every_tracepoint_and_the_agent_never_loads_it() {
+    fn the_floor_takes_every_syscall_hook_of_both_backends_and_the_agent_never_loads_it() {
         let floor = floor();
-        let tracepoints: Vec<Attach> = REGISTRY
+        let hooks: Vec<(Attach, Option<Backend>)> = REGISTRY
             .iter()
-            .map(|p| p.attach)
-            .filter(|a| matches!(a, Attach::Tracepoint { .. }))
+            .filter(|p| matches!(p.attach, Attach::Tracepoint { .. } | Attach::Fentry { .. }))
+            .map(|p| (p.attach, p.backend))
             .collect();
         assert_eq!(
-            floor.iter().map(|p| p.attach).collect::<Vec<_>>(),
-            tracepoints
+            floor
+                .iter()
+                .map(|p| (p.attach, p.backend))
+                .collect::<Vec<_>>(),
+            hooks
         );
-        assert_eq!(floor.len(), 11);
-        assert!(floor.iter().all(|p| p.program == FLOOR_PROGRAM));
-        assert!(all().iter().all(|p| p.program != FLOOR_PROGRAM));
+        assert_eq!(floor.len(), 15);
+        let floor_programs: Vec<&str> = floor.iter().map(|p| p.program).collect();
+        assert!(floor_programs.iter().all(|p| p.starts_with("floor_")));
+        // One floor program per trampoline (each is loaded for its one function).
+        let tramp: std::collections::HashSet<&str> = floor
+            .iter()
+            .filter(|p| matches!(p.attach, Attach::Fentry { .. }))
+            .map(|p| p.program)
+            .collect();
+        assert_eq!(tramp.len(), 4);
+        assert!(all().iter().all(|p| !p.program.starts_with("floor_")));
+    }
+
+    #[test]
+    fn the_syscall_hooks_exist_on_both_backends_and_nothing_else_is_tied_to_one() {
+        for p in all() {
+            match p.attach {
+                Attach::Fentry { .. } => {
+                    assert_eq!(p.backend, Some(Backend::Fentry), "{}", p.label)
+                }
+                Attach::Tracepoint {
+                    category: "syscalls",
+                    ..
+                } => {
+                    assert_eq!(p.backend, Some(Backend::Tracepoint), "{}", p.label)
+                }
+                _ => assert_eq!(p.backend, None, "{}", p.label),
+            }
+        }
+        let required = |b| {
+            all()
+                .iter()
+                .filter(|p| p.required && p.backend == Some(b))
+                .count()
+        };
+        assert_eq!(required(Backend::Fentry), 4);
+        assert_eq!(required(Backend::Tracepoint), 4);
     }
 
     fn spec(label: &str) -> ProbeSpec {
@@ -688,7 +860,7 @@ mod tests {
     fn table_lists_attached_and_required_and_groups_the_rest() {
         let no_kprobes = ProbeState::Unavailable("kprobes not supported by this kernel".into());
         let mut rows = vec![
-            (REGISTRY[0], ProbeState::Attached(1)),
+            (spec("syscalls:sys_enter_openat"), ProbeState::Attached(1)),
             (
                 spec("syscalls:sys_exit_ioctl"),
                 ProbeState::Unavailable("tracefs not mounted".into()),

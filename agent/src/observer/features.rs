@@ -49,7 +49,10 @@ pub fn assess(
     let uprobes = |s: &ProbeSpec| matches!(s.attach, Attach::Uprobe { .. });
     let required_off = probes
         .iter()
-        .find(|(s, st)| s.required && !matches!(st, ProbeState::Attached(_)))
+        .find(|(s, st)| {
+            // A probe of the backend not chosen is on standby: the other one's are attached.
+            s.required && !matches!(st, ProbeState::Attached(_) | ProbeState::Standby(_))
+        })
         .map(|(s, st)| format!("required probe {} {st}", s.label));
     let cuinit_off = if !caps.sys_admin {
         Some("no CAP_SYS_ADMIN: the kernel refuses uprobes to CAP_BPF and CAP_PERFMON (docs/capabilities.md)".into())

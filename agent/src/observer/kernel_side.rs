@@ -10,7 +10,7 @@ use uvmwatch_common::{counter, InflightCuinit, InflightIoctl};
 
 use crate::decode::layouts::Layout;
 use crate::kernel::{
-    registry::{ProbeSpec, ProbeState},
+    registry::{BackendChosen, ProbeSpec, ProbeState},
     Kernel,
 };
 
@@ -18,6 +18,8 @@ use crate::kernel::{
 pub trait KernelSide: Send + 'static {
     /// Every probe and its state.
     fn probe_states(&self) -> Vec<(ProbeSpec, ProbeState)>;
+    /// The backend the syscalls are hooked with, and why.
+    fn backend(&self) -> BackendChosen;
     /// libcuda files with `cuInit` probes.
     fn libcuda_targets(&self) -> usize;
     /// Attaches the `cuInit` probes to a libcuda file (known to be new by device and inode).
@@ -48,6 +50,9 @@ pub trait KernelSide: Send + 'static {
 impl KernelSide for Kernel {
     fn probe_states(&self) -> Vec<(ProbeSpec, ProbeState)> {
         Kernel::probe_states(self)
+    }
+    fn backend(&self) -> BackendChosen {
+        Kernel::backend(self).clone()
     }
     fn libcuda_targets(&self) -> usize {
         Kernel::libcuda_targets(self)

@@ -41,6 +41,7 @@ use crate::{
     decode::record,
     event::{Event, Kind, Listener, Scan},
     host::{discovery::Discovery, identity::Identities},
+    kernel::registry::BackendChoice,
     kernel::{Kernel, KernelSettings},
 };
 use calls::Calls;
@@ -73,6 +74,8 @@ pub struct RunConfig {
     pub evidence_refresh: Duration,
     /// Where the driver's version (and so the ioctl layouts) comes from.
     pub driver: DriverFrom,
+    /// `--probe-backend`.
+    pub backend: BackendChoice,
 }
 
 impl RunConfig {
@@ -90,6 +93,7 @@ impl RunConfig {
             diagnosis_ttl: Duration::from_secs(600),
             evidence_refresh: Duration::from_secs(300),
             driver: DriverFrom::Live { host_root: None },
+            backend: BackendChoice::Auto,
         }
     }
 }
@@ -154,6 +158,7 @@ impl Observer<Kernel> {
                     slow_ioctl_ns: slow.as_nanos() as u64,
                     layout,
                     failure_events_per_second: crate::kernel::FAILURE_EVENTS_PER_SECOND,
+                    backend: cfg.backend,
                 })?);
                 Ok(())
             })?
@@ -321,11 +326,13 @@ impl<K: KernelSide> Observer<K> {
         self.discover_initial();
         self.seed_fds();
         self.probes_changed();
-        let (rows, targets) = {
+        let (rows, targets, backend) = {
             let k = self.kernel();
-            (k.probe_states(), k.libcuda_targets())
+            (k.probe_states(), k.libcuda_targets(), k.backend())
         };
         let started = crate::event::Started {
+            backend: backend.backend.name(),
+            backend_reason: backend.why,
             listen: listen.to_string(),
             probes_attached: rows.iter().filter(|(_, s)| s.gauge() == 1).count(),
             probes_total: rows.len(),
@@ -400,9 +407,9 @@ impl<K: KernelSide> Observer<K> {
 
     /// The probe table, to the listeners.
     fn probes_changed(&mut self) {
-        let (probes, libcuda_targets) = {
+        let (probes, libcuda_targets, backend) = {
             let k = self.kernel();
-            (k.probe_states(), k.libcuda_targets())
+            (k.probe_states(), k.libcuda_targets(), k.backend())
         };
         let features = features::assess(&probes, &self.caps, self.kprobes);
         self.dispatch(Event::agent(
@@ -411,6 +418,7 @@ impl<K: KernelSide> Observer<K> {
                 probes,
                 libcuda_targets,
                 features,
+                backend,
             },
         ));
     }

@@ -63,6 +63,13 @@ impl KernelSide for FakeKernel {
     fn libcuda_targets(&self) -> usize {
         self.attached.len()
     }
+    fn backend(&self) -> registry::BackendChosen {
+        registry::BackendChosen {
+            backend: registry::Backend::Tracepoint,
+            cause: "flag",
+            why: "the observer's tests".into(),
+        }
+    }
     fn attach_libcuda(&mut self, path: &Path, _dev: u64, _ino: u64) -> Result<()> {
         self.attached.push(path.to_path_buf());
         Ok(())

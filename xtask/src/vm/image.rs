@@ -76,7 +76,11 @@ pub(super) fn cc(args: &[&std::ffi::OsStr]) -> Result<()> {
     )
 }
 
-pub(super) fn build_userspace(paths: &Paths, agent: &Path) -> Result<Userspace> {
+pub(super) fn build_userspace(
+    paths: &Paths,
+    agent: &Path,
+    bench: Option<&Path>,
+) -> Result<Userspace> {
     let us = &paths.userspace;
     let src = us.join("src");
     fs::create_dir_all(&src)?;
@@ -117,8 +121,23 @@ pub(super) fn build_userspace(paths: &Paths, agent: &Path) -> Result<Userspace> 
         ("usr/bin/uvm-hmm-test".to_string(), hmm.clone()),
         ("opt/fakecuda/libcuda.so.1".to_string(), libcuda.clone()),
     ];
+    let mut bins = vec![
+        stripped.clone(),
+        workload.clone(),
+        hmm.clone(),
+        libcuda.clone(),
+    ];
+    if let Some(b) = bench {
+        let stripped_bench = us.join("uvmwatch-overhead");
+        util::run_inherit(Command::new("strip").arg("-o").arg(&stripped_bench).arg(b))?;
+        files.push((
+            "usr/bin/uvmwatch-overhead".to_string(),
+            stripped_bench.clone(),
+        ));
+        bins.push(stripped_bench);
+    }
     let mut libs = BTreeSet::new();
-    for bin in [&stripped, &workload, &hmm, &libcuda] {
+    for bin in &bins {
         let o = Command::new("ldd").arg(bin).output().context("run ldd")?;
         libs.extend(ldd_paths(&String::from_utf8_lossy(&o.stdout)));
     }

@@ -22,12 +22,12 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::{setup, util};
 
@@ -68,8 +68,12 @@ pub struct VmTestArgs {
     #[arg(long, value_name = "ACCEL")]
     pub accel: Option<String>,
     /// Wall-clock limit for one VM, in seconds.
-    #[arg(long, default_value_t = 600)]
+    #[arg(long, default_value_t = 1500)]
     pub timeout: u64,
+    /// Do not build and run the overhead benchmark inside the VMs (its `overhead` test
+    /// then says it was skipped).
+    #[arg(long)]
+    pub no_bench: bool,
     /// Show the whole serial console, not only the VMTEST lines.
     #[arg(long, short)]
     pub verbose: bool,
@@ -191,6 +195,8 @@ struct KernelRun {
     finished: bool,
     timed_out: bool,
     results: Vec<TestResult>,
+    /// The overhead benchmark's `overhead <kernel> <backend>: ...` lines.
+    overhead: Vec<String>,
     console: PathBuf,
     error: Option<String>,
 }
@@ -258,7 +264,12 @@ pub fn run(args: &VmTestArgs) -> Result<ExitCode> {
             target.join(profile).join("uvmwatch")
         }
     };
-    let userspace = build_userspace(&paths, &agent)?;
+    let bench = if args.no_bench {
+        None
+    } else {
+        Some(build_bench(&root)?)
+    };
+    let userspace = build_userspace(&paths, &agent, bench.as_deref())?;
     println!(
         "vm-test: agent and test programs ready in {:.1}s",
         t.elapsed().as_secs_f64()
@@ -294,12 +305,52 @@ pub fn run(args: &VmTestArgs) -> Result<ExitCode> {
         for f in r.results.iter().filter(|t| t.status == "FAIL") {
             println!("  FAIL {}: {}", f.name, f.detail);
         }
+        for o in &r.overhead {
+            println!("  {o}");
+        }
     }
     Ok(if all_ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Builds the overhead benchmark (`agent/benches/overhead.rs`, release) and returns its
+/// executable, which the VM runs against its own agent binary (`UVMWATCH_BENCH_AGENT`).
+fn build_bench(root: &Path) -> Result<PathBuf> {
+    println!("vm-test: cargo bench -p uvmwatch --bench overhead --no-run");
+    let out = Command::new("cargo")
+        .current_dir(root)
+        .args([
+            "bench",
+            "-p",
+            "uvmwatch",
+            "--bench",
+            "overhead",
+            "--no-run",
+            "--message-format=json",
+        ])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("run cargo bench --no-run")?;
+    if !out.status.success() {
+        bail!("cargo bench --no-run failed ({})", out.status);
+    }
+    bench_executable(&String::from_utf8_lossy(&out.stdout))
+        .context("cargo bench --no-run named no executable for the overhead bench")
+}
+
+/// The `executable` of the `overhead` bench in cargo's JSON messages.
+fn bench_executable(messages: &str) -> Option<PathBuf> {
+    messages
+        .lines()
+        .filter(|l| l.contains("\"name\":\"overhead\"") && l.contains("\"kind\":[\"bench\"]"))
+        .find_map(|l| {
+            let at = l.find("\"executable\":\"")? + "\"executable\":\"".len();
+            let end = l[at..].find('"')?;
+            Some(PathBuf::from(&l[at..at + end]))
+        })
 }
 
 fn secs(d: Duration) -> String {
@@ -404,6 +455,17 @@ mod tests {
             ]
         );
         assert!(ldd_paths("\tstatically linked\n").is_empty());
+    }
+
+    #[test]
+    fn the_bench_executable_from_cargo_messages() {
+        let m = "{\"reason\":\"compiler-artifact\",\"target\":{\"kind\":[\"lib\"],\"name\":\"uvmwatch\"},\"executable\":null}\n\
+                 {\"reason\":\"compiler-artifact\",\"target\":{\"kind\":[\"bench\"],\"crate_types\":[\"bin\"],\"name\":\"overhead\"},\"executable\":\"/t/release/deps/overhead-1f2e\",\"fresh\":false}";
+        assert_eq!(
+            bench_executable(m),
+            Some(PathBuf::from("/t/release/deps/overhead-1f2e"))
+        );
+        assert_eq!(bench_executable("{}"), None);
     }
 
     #[test]

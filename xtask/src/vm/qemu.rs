@@ -173,6 +173,12 @@ pub(super) fn boot(cmd: &mut Command, args: &VmTestArgs, run: &mut KernelRun) ->
                 } else if let Some(r) = parse_result(&l) {
                     println!("  {} {:<24} {}", r.status, r.name, r.detail);
                     run.results.push(r);
+                } else if let Some(o) = l.find("overhead ").map(|i| &l[i..]) {
+                    // The benchmark's one line per kernel and backend, for the summary.
+                    if o.contains(": ") {
+                        println!("  {o}");
+                        run.overhead.push(o.to_string());
+                    }
                 } else if args.verbose {
                     println!("  | {l}");
                 }

@@ -698,6 +698,8 @@ fn started(s: &Started) {
         libcuda_targets = s.libcuda_targets,
         cuinit_stall_seconds = s.cuinit_stall.as_secs_f64(),
         ioctl_stall_seconds = s.ioctl_stall.as_secs_f64(),
+        backend = s.backend,
+        backend_reason = %s.backend_reason,
         "uvmwatch agent running"
     );
 }

@@ -51,8 +51,10 @@ pub struct Metrics {
     pub stalls: IntCounterVec,
     /// `uvmwatch_stalled_calls{call}`.
     pub stalled: IntGaugeVec,
-    /// `uvmwatch_probe_attached{probe}`.
+    /// `uvmwatch_probe_attached{probe,backend}`.
     pub probe_attached: IntGaugeVec,
+    /// `uvmwatch_probe_backend_info{backend,reason}`.
+    pub probe_backend: IntGaugeVec,
     /// `uvmwatch_libcuda_targets`.
     pub libcuda_targets: IntGauge,
     /// `uvmwatch_feature_enabled{feature}`.
@@ -97,7 +99,8 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     ("uvmwatch_device_open_paths_unreadable_total", "counter", "Failed opens whose path could not be read at their exit (a bad address, which the kernel could not read either): such a failure is not classified. Successful opens are identified by the file they return, not by their path."),
     ("uvmwatch_tracked_processes", "gauge", "Processes whose ioctls the kernel side looks at: those that opened an NVIDIA node or libcuda, held an NVIDIA fd when the agent started, or were forked from one (each ioctl of any other process costs one map lookup); removed at their exit."),
     ("uvmwatch_diagnosis", "gauge", "1 while a diagnosis rule has an active finding of this severity (from the host's state, or from a stall or failure within --diagnosis-ttl), 0 after it cleared; no series before the first finding. Rules and runbooks: docs/doctor.md."),
-    ("uvmwatch_probe_attached", "gauge", "1 when the probe is attached, else 0 (see `uvmwatch probes` for the reason)."),
+    ("uvmwatch_probe_attached", "gauge", "1 when the probe is attached, else 0 (see `uvmwatch probes` for the reason); backend: the syscall backend the probe belongs to (fentry, tracepoint), or both for the probes every backend uses."),
+    ("uvmwatch_probe_backend_info", "gauge", "Always 1, one series: how the opens and ioctls are hooked (backend: fentry or tracepoint) and why (reason: trampolines_allowed, fentry_refused, flag); `uvmwatch probes` and the started record give the kernel's words."),
     ("uvmwatch_libcuda_targets", "gauge", "Distinct libcuda files (device, inode) with cuInit probes attached."),
     ("uvmwatch_feature_enabled", "gauge", "1 when the feature works on this host, 0 when it is off (a probe the kernel refused, a capability not held; the log says why once, event feature_off): driver_calls, cuinit_calls, container_libcuda, kernel_stacks, kernel_log, kernel_functions (docs/capabilities.md)."),
 ];
@@ -134,7 +137,8 @@ const FAMILY_LABELS: &[(&str, &str)] = &[
     ("uvmwatch_device_open_paths_unreadable_total", ""),
     ("uvmwatch_tracked_processes", ""),
     ("uvmwatch_diagnosis", "rule, severity"),
-    ("uvmwatch_probe_attached", "probe"),
+    ("uvmwatch_probe_attached", "probe, backend"),
+    ("uvmwatch_probe_backend_info", "backend, reason"),
     ("uvmwatch_libcuda_targets", ""),
     ("uvmwatch_feature_enabled", "feature"),
 ];
@@ -235,7 +239,14 @@ impl Metrics {
         )?;
         let probe_attached = IntGaugeVec::new(
             Opts::new("uvmwatch_probe_attached", help("uvmwatch_probe_attached")),
-            &["probe"],
+            &["probe", "backend"],
+        )?;
+        let probe_backend = IntGaugeVec::new(
+            Opts::new(
+                "uvmwatch_probe_backend_info",
+                help("uvmwatch_probe_backend_info"),
+            ),
+            &["backend", "reason"],
         )?;
         let libcuda_targets =
             IntGauge::new("uvmwatch_libcuda_targets", help("uvmwatch_libcuda_targets"))?;
@@ -274,6 +285,7 @@ impl Metrics {
             Box::new(stalls.clone()),
             Box::new(stalled.clone()),
             Box::new(probe_attached.clone()),
+            Box::new(probe_backend.clone()),
             Box::new(libcuda_targets.clone()),
             Box::new(feature_enabled.clone()),
             Box::new(diagnosis.clone()),
@@ -296,6 +308,7 @@ impl Metrics {
             stalls,
             stalled,
             probe_attached,
+            probe_backend,
             libcuda_targets,
             feature_enabled,
             diagnosis,
@@ -328,8 +341,9 @@ impl Metrics {
     /// Sets `uvmwatch_probe_attached` from the probe table.
     pub fn set_probes(&self, rows: &[(crate::kernel::registry::ProbeSpec, ProbeState)]) {
         for (spec, st) in rows {
+            let backend = spec.backend.map(|b| b.name()).unwrap_or("both");
             self.probe_attached
-                .with_label_values(&[spec.label])
+                .with_label_values(&[spec.label, backend])
                 .set(st.gauge());
         }
     }
@@ -431,8 +445,13 @@ impl Listener for MetricsListener {
                 probes,
                 libcuda_targets,
                 features,
+                backend,
             } => {
                 m.set_probes(probes);
+                m.probe_backend.reset();
+                m.probe_backend
+                    .with_label_values(&[backend.backend.name(), backend.cause])
+                    .set(1);
                 m.libcuda_targets.set(*libcuda_targets as i64);
                 for f in features {
                     m.feature_enabled
