@@ -97,6 +97,53 @@ fn cargo_test_args(cargo_args: &[String], test_args: &[String]) -> Vec<String> {
     out
 }
 
+/// The test files (`agent/tests/<name>.rs`) whose scenarios run a second time on the fentry
+/// backend (`UVMWATCH_PROBE_BACKEND=fentry`) when the kernel allows trampolines; the first
+/// run takes the agent's default, which falls back to the tracepoints where it does not.
+const FENTRY_PASS: &[&str] = &["e2e", "losses", "load"];
+
+fn fentry_pass_args() -> Vec<String> {
+    let mut a = vec!["-p".to_string(), "uvmwatch".to_string()];
+    for t in FENTRY_PASS {
+        a.push("--test".into());
+        a.push((*t).into());
+    }
+    a
+}
+
+/// `None` when this kernel lets the agent attach its fentry backend, else why not (the
+/// loader's own words, from `uvmwatch --probe-backend fentry probes`).
+fn fentry_refusal(root: &std::path::Path) -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("needs root".into());
+    }
+    let bin = root.join("target/debug/uvmwatch");
+    let out = match Command::new(&bin)
+        .args(["--probe-backend", "fentry", "probes"])
+        .env_remove("UVMWATCH_PROBE_BACKEND")
+        .stderr(Stdio::null())
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => return Some(format!("{}: {e}", bin.display())),
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("syscall hooks: "))
+        .unwrap_or("no `syscall hooks:` line from uvmwatch probes");
+    if line == "syscall hooks: fentry backend (the kernel allows trampolines)" {
+        None
+    } else {
+        Some(
+            line.split_once("refused: ")
+                .map(|(_, w)| format!("the kernel refused it: {}", w.trim_end_matches(')')))
+                .unwrap_or_else(|| line.to_string()),
+        )
+    }
+}
+
 /// Runs `cargo xtask test`.
 ///
 /// # Errors
@@ -131,19 +178,57 @@ pub fn run(args: &[String]) -> Result<ExitCode> {
     let mut child = cmd.spawn().context("start cargo test")?;
     let mut counts = Counts::default();
     let stdout = child.stdout.take().expect("stdout is piped");
+    // (the fentry pass below adds to the same counts)
     for line in BufReader::new(stdout).lines() {
         let Ok(line) = line else { break };
         println!("{line}");
         counts.add_line(&line);
     }
-    let status = child.wait().context("wait for cargo test")?;
+    let mut status = child.wait().context("wait for cargo test")?;
 
-    let skips: Vec<String> = std::fs::read_to_string(skip_log.path())
+    // The e2e scenarios again on the fentry backend, where the kernel allows it.
+    let mut extra_skips = Vec::new();
+    if cargo_args.is_empty() && test_args.is_empty() {
+        match fentry_refusal(&root) {
+            None => {
+                let mut cmd = Command::new("cargo");
+                cmd.current_dir(&root)
+                    .args(cargo_test_args(&fentry_pass_args(), &[]))
+                    .env(SKIP_LOG_ENV, skip_log.path())
+                    .env("UVMWATCH_PROBE_BACKEND", "fentry")
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped());
+                println!("xtask: on the fentry backend: {}", util::describe(&cmd));
+                let mut child = cmd.spawn().context("start cargo test (fentry)")?;
+                let stdout = child.stdout.take().expect("stdout is piped");
+                for line in BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { break };
+                    println!("[fentry] {line}");
+                    counts.add_line(&line);
+                }
+                let s = child.wait().context("wait for cargo test (fentry)")?;
+                if !s.success() {
+                    status = s;
+                }
+            }
+            Some(why) => {
+                // One skipped test, counted as cargo counts a skip (among the passed).
+                counts.passed += 1;
+                extra_skips.push(format!(
+                    "SKIPPED {} on the fentry backend: {why}",
+                    FENTRY_PASS.join(", ")
+                ));
+            }
+        }
+    }
+
+    let mut skips: Vec<String> = std::fs::read_to_string(skip_log.path())
         .unwrap_or_default()
         .lines()
         .filter(|l| !l.trim().is_empty())
         .map(String::from)
         .collect();
+    skips.extend(extra_skips);
     println!();
     println!(
         "xtask: cargo test exited with {status} after {:.0}s in all",

@@ -1,14 +1,16 @@
-//! Kernel and driver functions (kprobe/kretprobe pairs; only where the kernel has kprobes).
+//! Kernel and driver functions: kprobe/kretprobe pairs, and for the core-kernel functions on
+//! the fentry backend fentry/fexit pairs (the same bodies).
 //!
-//! One pair per row of [`uvmwatch_common::kfuncs!`]: the kprobe stores the entry time in
-//! `KF_START`, the kretprobe adds the latency to `KF_HIST` and the return value (`NV_STATUS`,
+//! One pair of each per row of [`uvmwatch_common::kfuncs!`]: the entry stores the time in
+//! `KF_START`, the return adds the latency to `KF_HIST` and the return value (`NV_STATUS`,
 //! an `ERR_PTR` or an errno) to `KF_RESULTS`, and reports the call only when it failed. Only
-//! return values are read, never arguments.
+//! return values are read, never arguments (the fexit reads it with `bpf_get_func_ret`,
+//! Linux 5.17+, so it need not know the function's argument count).
 
 use aya_ebpf::{
     helpers::bpf_ktime_get_ns,
-    macros::{kprobe, kretprobe},
-    programs::{ProbeContext, RetProbeContext},
+    macros::{fentry, fexit, kprobe, kretprobe},
+    programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
 use uvmwatch_common::{
     counter, hist_bucket, kfunc, node, result, KfKey, KfResultKey, KfuncEvent, EVENT_KFUNC,
@@ -40,9 +42,9 @@ fn kf_enter(func: u32, scope: u8) {
     let _ = KF_START.insert(&KfKey { tid, func }, &now, 0);
 }
 
-/// Return of function `func`, whose return value is read as `ret_kind` ([`kfunc::ret`]).
+/// Return of function `func` with `raw`, read as `ret_kind` ([`kfunc::ret`]).
 #[inline(always)]
-fn kf_exit(ctx: &RetProbeContext, func: u32, ret_kind: u8) {
+fn kf_exit(raw: u64, func: u32, ret_kind: u8) {
     let (tgid, tid) = ids();
     let key = KfKey { tid, func };
     let Some(start) = (unsafe { KF_START.get(&key) }).copied() else {
@@ -51,7 +53,6 @@ fn kf_exit(ctx: &RetProbeContext, func: u32, ret_kind: u8) {
     let _ = KF_START.remove(&key);
     let now = unsafe { bpf_ktime_get_ns() };
     let dur = now.saturating_sub(start);
-    let raw: u64 = ctx.ret();
     let (kind, code) = match ret_kind {
         kfunc::ret::NV_STATUS => {
             let st = raw as u32;
@@ -100,11 +101,12 @@ fn kf_exit(ctx: &RetProbeContext, func: u32, ret_kind: u8) {
     }
 }
 
-/// One kprobe and one kretprobe program per function: the program itself says which
-/// function fired (aya 0.14 kprobes take no attach cookie).
+/// One kprobe, kretprobe, fentry and fexit program per function: the program itself says
+/// which function fired (aya 0.14 kprobes take no attach cookie, and a trampoline program is
+/// loaded for one function).
 macro_rules! kfunc_programs {
     ($(($id:ident = $n:literal, $sym:literal, $module:expr, $ret:ident, $scope:ident,
-        $enter:ident, $exit:ident, $lives:literal, $purpose:literal)),* $(,)?) => {
+        $enter:ident, $exit:ident, $fentry:ident, $fexit:ident, $lives:literal, $purpose:literal)),* $(,)?) => {
         $(
             #[doc = concat!("Kprobe on `", $sym, "` (", $lives, "): its entry time.")]
             #[kprobe]
@@ -116,7 +118,21 @@ macro_rules! kfunc_programs {
             #[doc = concat!("Kretprobe on `", $sym, "`: latency and result.")]
             #[kretprobe]
             pub fn $exit(ctx: RetProbeContext) -> u32 {
-                kf_exit(&ctx, kfunc::$id, kfunc::ret::$ret);
+                kf_exit(ctx.ret(), kfunc::$id, kfunc::ret::$ret);
+                0
+            }
+
+            #[doc = concat!("Fentry on `", $sym, "` (core kernel, fentry backend): its entry time.")]
+            #[fentry(function = $sym)]
+            pub fn $fentry(_ctx: FEntryContext) -> u32 {
+                kf_enter(kfunc::$id, kfunc::scope::$scope);
+                0
+            }
+
+            #[doc = concat!("Fexit on `", $sym, "`: latency and result.")]
+            #[fexit(function = $sym)]
+            pub fn $fexit(ctx: FExitContext) -> u32 {
+                kf_exit(ctx.ret::<u64>().unwrap_or(0), kfunc::$id, kfunc::ret::$ret);
                 0
             }
         )*

@@ -266,30 +266,47 @@ fn filp_opened(pathname: u64, op: u64, ret: u64) -> Option<()> {
         return None;
     }
     let now = unsafe { bpf_ktime_get_ns() };
-    // Only an NVIDIA device's open left a stamp; any other open touches no map here unless
-    // it is of a file to report.
-    let mut p = match unsafe { PENDING_OPEN.get(&tid) } {
-        Some(p) => {
-            let p = *p;
-            let _ = PENDING_OPEN.remove(&tid);
-            p
-        }
-        // No start seen: not an NVIDIA character device (a double's open time is not
-        // measured on this backend).
-        None => PendingOpen {
-            filename: 0,
-            open_flags: 0,
-            start_ns: now,
-            in_cuinit: 0,
-            node: node::NONE,
-            minor: 0,
-            kernel_path: 1,
-            _pad: 0,
-        },
-    };
-    let args = Some(FilpArgs { pathname, op });
     let err = ret as i64;
-    if (-4095..0).contains(&err) {
+    let failed = (-4095..0).contains(&err);
+    // Only an NVIDIA device's open left a stamp (or a failed one, refused by its driver):
+    // any other character device is done with here, and no other file has a stamp, so the
+    // host's opens of other files touch no map.
+    let stamped = if failed {
+        true
+    } else {
+        match file_id(cfg, ret)? {
+            FileId::Chr { rdev } => {
+                if classify_rdev(rdev, cfg.uvm_major).0 == node::NONE {
+                    return None;
+                }
+                true
+            }
+            FileId::Other { .. } => false,
+        }
+    };
+    let stamp = if stamped {
+        let s = unsafe { PENDING_OPEN.get(&tid) }.copied();
+        if s.is_some() {
+            let _ = PENDING_OPEN.remove(&tid);
+        }
+        s
+    } else {
+        None
+    };
+    // No stamp: not an NVIDIA character device (a double's open time is not measured on
+    // this backend).
+    let mut p = stamp.unwrap_or(PendingOpen {
+        filename: 0,
+        open_flags: 0,
+        start_ns: now,
+        in_cuinit: 0,
+        node: node::NONE,
+        minor: 0,
+        kernel_path: 1,
+        _pad: 0,
+    });
+    let args = Some(FilpArgs { pathname, op });
+    if failed {
         complete(&mut p, args, tid);
         open_failed(&p, tgid, tid, err, now)
     } else {

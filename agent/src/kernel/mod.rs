@@ -339,12 +339,21 @@ impl Kernel {
     }
 
     /// Picks the backend the syscalls are hooked with: on `auto` or `fentry`, loads and
-    /// attaches every fentry/fexit probe; if the kernel refuses one, detaches them all and
-    /// (on `auto`) falls back to the tracepoints, keeping the kernel's reason. The probes of
-    /// the backend not used are put on standby, each saying why.
+    /// attaches every fentry/fexit probe of the syscalls; if the kernel refuses one, detaches
+    /// them all and (on `auto`) falls back to the tracepoints, keeping the kernel's reason.
+    /// On the fentry backend the core-kernel functions of `KFUNCS` get their trampolines too,
+    /// each pair falling back to its kprobes alone when refused. The probes of the backend
+    /// not used are put on standby, each saying why.
     fn choose_backend(&mut self, choice: BackendChoice) {
+        let kfunc_trampoline = |s: &ProbeSpec| {
+            matches!(s.attach, Attach::Fentry { function, .. }
+                if probes::KFUNCS.iter().any(|k| k.symbol == function))
+        };
         let fentry: Vec<usize> = (0..self.specs.len())
-            .filter(|&i| matches!(self.specs[i].attach, Attach::Fentry { .. }))
+            .filter(|&i| {
+                matches!(self.specs[i].attach, Attach::Fentry { .. })
+                    && !kfunc_trampoline(&self.specs[i])
+            })
             .collect();
         let attempt = match choice {
             BackendChoice::Tracepoint => Err("--probe-backend tracepoint".to_string()),
@@ -373,23 +382,23 @@ impl Kernel {
             }
             (Err(e), BackendChoice::Auto) => {
                 let why = format!("fentry refused: {e}");
-                for &i in &fentry {
-                    self.states[i] =
-                        ProbeState::Standby(format!("{why}; the syscall tracepoints are used"));
-                }
-                (Backend::Tracepoint, "fentry_refused", why, String::new())
+                let standby = format!("{why}; the syscall tracepoints and kprobes are used");
+                (Backend::Tracepoint, "fentry_refused", why, standby)
             }
         };
         let other = match backend {
             Backend::Fentry => Backend::Tracepoint,
             Backend::Tracepoint => Backend::Fentry,
         };
-        if !standby.is_empty() {
-            for i in 0..self.specs.len() {
-                if self.specs[i].backend == Some(other) {
-                    self.states[i] = ProbeState::Standby(standby.clone());
-                }
+        for i in 0..self.specs.len() {
+            if self.specs[i].backend == Some(other)
+                && !matches!(self.states[i], ProbeState::Unavailable(ref s) if s.starts_with("fentry refused"))
+            {
+                self.states[i] = ProbeState::Standby(standby.clone());
             }
+        }
+        if backend == Backend::Fentry && self.backend_attached(&fentry) {
+            self.attach_kfunc_trampolines();
         }
         tracing::debug!(backend = backend.name(), why = %why, "syscall hooks");
         self.backend = BackendChosen {
@@ -397,6 +406,37 @@ impl Kernel {
             cause,
             why,
         };
+    }
+
+    /// Whether every probe of `which` is attached.
+    fn backend_attached(&self, which: &[usize]) -> bool {
+        which
+            .iter()
+            .all(|&i| matches!(self.states[i], ProbeState::Attached(_)))
+    }
+
+    /// The fentry/fexit pair of each core-kernel function of `KFUNCS`, in place of its kprobe
+    /// pair; a pair the kernel refuses (a function without BTF, a kernel before 5.17 for the
+    /// fexit's `bpf_get_func_ret`) leaves that function to its kprobes.
+    fn attach_kfunc_trampolines(&mut self) {
+        for k in probes::KFUNCS {
+            let Some(pair) = k.trampolines else { continue };
+            let specs = self.specs.clone();
+            let find = |label: &str| specs.iter().position(|s| s.label == label);
+            let (Some(fe), Some(fx)) = (find(pair[0].label), find(pair[1].label)) else {
+                continue;
+            };
+            if let Err(e) = self.attach_fentry(&[fe, fx]) {
+                let st = ProbeState::Standby(format!("fentry refused: {e}; its kprobes are used"));
+                self.states[fe] = st.clone();
+                self.states[fx] = st;
+                for kp in k.probes {
+                    if let Some(i) = find(kp.label) {
+                        self.states[i] = ProbeState::Unavailable("not attached yet".into());
+                    }
+                }
+            }
+        }
     }
 
     /// Loads and attaches the fentry/fexit probes `which`; on the first refusal unloads
@@ -560,7 +600,9 @@ impl Kernel {
     fn attach_kprobes(&mut self) {
         if !kprobes_supported() {
             for (i, spec) in self.specs.iter().enumerate() {
-                if matches!(spec.attach, Attach::Kprobe { .. }) {
+                if matches!(spec.attach, Attach::Kprobe { .. })
+                    && !matches!(self.states[i], ProbeState::Standby(_))
+                {
                     self.states[i] = ProbeState::Unavailable(
                         "kprobes not supported by this kernel (no kprobe PMU in \
                          /sys/bus/event_source/devices: CONFIG_KPROBES off)"
@@ -574,7 +616,9 @@ impl Kernel {
             Ok(k) => k,
             Err(e) => {
                 for (i, spec) in self.specs.iter().enumerate() {
-                    if matches!(spec.attach, Attach::Kprobe { .. }) {
+                    if matches!(spec.attach, Attach::Kprobe { .. })
+                        && !matches!(self.states[i], ProbeState::Standby(_))
+                    {
                         self.states[i] = ProbeState::Unavailable(format!("{e:#}"));
                     }
                 }
@@ -594,6 +638,7 @@ impl Kernel {
             };
             if self.kprobe_links.contains_key(&i)
                 || matches!(self.states[i], ProbeState::Unavailable(ref s) if s.starts_with("program rejected"))
+                || matches!(self.states[i], ProbeState::Standby(_))
             {
                 continue;
             }
@@ -726,9 +771,16 @@ impl Kernel {
 
     /// Whether the kretprobe of function `id` is attached now.
     pub fn kfunc_attached(&self, id: u32) -> bool {
-        self.specs.iter().enumerate().any(|(i, s)| {
-            matches!(s.attach, Attach::Kprobe { ret: true, symbol, .. } if symbol == probes::kfunc_name(id))
-                && self.kprobe_links.contains_key(&i)
+        let name = probes::kfunc_name(id);
+        self.specs.iter().enumerate().any(|(i, s)| match s.attach {
+            Attach::Kprobe {
+                ret: true, symbol, ..
+            } => symbol == name && self.kprobe_links.contains_key(&i),
+            Attach::Fentry {
+                ret: true,
+                function,
+            } => function == name && matches!(self.states[i], ProbeState::Attached(_)),
+            _ => false,
         })
     }
 

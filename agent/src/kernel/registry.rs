@@ -62,6 +62,9 @@ pub struct Kfunc {
     pub uvm_ioctl_only: bool,
     /// The kprobe and the kretprobe.
     pub probes: [ProbeSpec; 2],
+    /// For a core-kernel function, the fentry and fexit used instead on the fentry backend
+    /// (module functions stay on kprobes: out-of-tree modules usually ship without BTF).
+    pub trampolines: Option<[ProbeSpec; 2]>,
 }
 
 const fn kp(
@@ -82,14 +85,38 @@ const fn kp(
         },
         required: false,
         purpose,
-        backend: None,
+        // A core-kernel function's kprobes give way to its trampolines on the fentry backend.
+        backend: if module.is_none() {
+            Some(Backend::Tracepoint)
+        } else {
+            None
+        },
+    }
+}
+
+/// Whether a [`KFUNCS`] row's `module` is the core kernel's.
+const fn is_core(module: Option<&'static str>) -> bool {
+    module.is_none()
+}
+
+/// The fentry (or fexit) of a core-kernel function of [`KFUNCS`].
+const fn kfe(
+    label: &'static str,
+    program: &'static str,
+    function: &'static str,
+    ret: bool,
+    purpose: &'static str,
+) -> ProbeSpec {
+    ProbeSpec {
+        required: false,
+        ..fe(label, program, function, ret, purpose)
     }
 }
 
 /// [`KFUNCS`], from the rows of [`uvmwatch_common::kfuncs!`].
 macro_rules! kfunc_table {
     ($(($id:ident = $n:literal, $sym:literal, $module:expr, $ret:ident, $scope:ident,
-        $enter:ident, $exit:ident, $lives:literal, $purpose:literal)),* $(,)?) => {
+        $enter:ident, $exit:ident, $fentry:ident, $fexit:ident, $lives:literal, $purpose:literal)),* $(,)?) => {
         /// The kprobe part of the registry: every probed function, in id order.
         pub const KFUNCS: &[Kfunc] = &[$(
             Kfunc {
@@ -103,6 +130,14 @@ macro_rules! kfunc_table {
                     kp(concat!("kprobe:", $sym), stringify!($enter), $sym, false, $module, $purpose),
                     kp(concat!("kretprobe:", $sym), stringify!($exit), $sym, true, $module, $purpose),
                 ],
+                trampolines: if is_core($module) {
+                    Some([
+                        kfe(concat!("fentry:", $sym), stringify!($fentry), $sym, false, $purpose),
+                        kfe(concat!("fexit:", $sym), stringify!($fexit), $sym, true, $purpose),
+                    ])
+                } else {
+                    None
+                },
             },
         )*];
     };
@@ -118,12 +153,14 @@ pub fn kfunc_name(id: u32) -> &'static str {
         .unwrap_or("unknown")
 }
 
-/// Every probe: [`REGISTRY`] then the kprobe pairs of [`KFUNCS`].
+/// Every probe: [`REGISTRY`], the kprobe pairs of [`KFUNCS`], then the fentry/fexit pairs
+/// of its core-kernel functions.
 pub fn all() -> Vec<ProbeSpec> {
     REGISTRY
         .iter()
         .copied()
         .chain(KFUNCS.iter().flat_map(|k| k.probes))
+        .chain(KFUNCS.iter().filter_map(|k| k.trampolines).flatten())
         .collect()
 }
 
@@ -682,7 +719,10 @@ pub fn reference_table() -> String {
     for k in KFUNCS {
         let [enter, exit] = &k.probes;
         let place = match k.module {
-            None => format!("core kernel (`{}`)", k.lives_in),
+            None => format!(
+                "core kernel (`{}`); `fentry:`/`fexit:{}` instead on the fentry backend",
+                k.lives_in, k.symbol
+            ),
             Some(m) => match k.lives_in.strip_prefix(m) {
                 Some(versions) => format!("`{m}`{versions}"),
                 None => format!("`{m}`, {}", k.lives_in),
@@ -774,8 +814,9 @@ mod tests {
             assert!(!p.program.is_empty());
         }
         // 4 fentry/fexit, 11 tracepoints, 14 uprobes (cuInit and the six context and device
-        // calls, each with its uretprobe), 30 kprobes.
-        assert_eq!(all().len(), 59);
+        // calls, each with its uretprobe), 30 kprobes, 12 fentry/fexit of the 6 core-kernel
+        // functions.
+        assert_eq!(all().len(), 71);
         let uprobes: Vec<_> = REGISTRY
             .iter()
             .filter(|p| matches!(p.attach, Attach::Uprobe { .. }))
@@ -829,17 +870,40 @@ mod tests {
     #[test]
     fn the_syscall_hooks_exist_on_both_backends_and_nothing_else_is_tied_to_one() {
         for p in all() {
-            match p.attach {
-                Attach::Fentry { .. } => {
-                    assert_eq!(p.backend, Some(Backend::Fentry), "{}", p.label)
-                }
+            let want = match p.attach {
+                Attach::Fentry { .. } => Some(Backend::Fentry),
                 Attach::Tracepoint {
                     category: "syscalls",
                     ..
-                } => {
-                    assert_eq!(p.backend, Some(Backend::Tracepoint), "{}", p.label)
-                }
-                _ => assert_eq!(p.backend, None, "{}", p.label),
+                } => Some(Backend::Tracepoint),
+                // A core-kernel function: its kprobes give way to its trampolines.
+                Attach::Kprobe { module: None, .. } => Some(Backend::Tracepoint),
+                _ => None,
+            };
+            assert_eq!(p.backend, want, "{}", p.label);
+        }
+        let core: Vec<&str> = KFUNCS
+            .iter()
+            .filter(|k| k.trampolines.is_some())
+            .map(|k| k.symbol)
+            .collect();
+        assert_eq!(
+            core,
+            [
+                "request_free_mem_region",
+                "memremap_pages",
+                "hmm_range_fault",
+                "migrate_vma_setup",
+                "migrate_vma_pages",
+                "migrate_vma_finalize"
+            ]
+        );
+        for k in KFUNCS {
+            assert_eq!(k.trampolines.is_some(), k.module.is_none(), "{}", k.symbol);
+            if let Some([fe, fx]) = k.trampolines {
+                assert_eq!(fe.attach, Attach::Fentry { function: k.symbol, ret: false });
+                assert_eq!(fx.attach, Attach::Fentry { function: k.symbol, ret: true });
+                assert!(!fe.required && !fx.required);
             }
         }
         let required = |b| {
@@ -951,7 +1015,8 @@ mod tests {
         assert_eq!(table.lines().count(), 2 + 2 + REGISTRY.len() + KFUNCS.len());
         assert!(table.contains(
             "| `kprobe:request_free_mem_region` + `kretprobe:request_free_mem_region` | \
-             kprobe pair, core kernel (`kernel/resource.c`) | no |"
+             kprobe pair, core kernel (`kernel/resource.c`); `fentry:`/`fexit:request_free_mem_region` \
+             instead on the fentry backend | no |"
         ));
         assert!(table.contains(
             "| `kprobe:uvm_parent_gpu_service_replayable_faults` + \

@@ -47,6 +47,11 @@ pub fn assess(
         })
     };
     let uprobes = |s: &ProbeSpec| matches!(s.attach, Attach::Uprobe { .. });
+    let kfunc_trampoline_attached = probes.iter().any(|(s, st)| {
+        matches!(s.attach, Attach::Fentry { function, .. }
+            if crate::kernel::registry::KFUNCS.iter().any(|k| k.symbol == function))
+            && matches!(st, ProbeState::Attached(_))
+    });
     let required_off = probes
         .iter()
         .find(|(s, st)| {
@@ -105,8 +110,10 @@ pub fn assess(
         feature(
             "kernel_functions",
             "the HMM and fault-handling kernel functions (calls, results, the -34 HMM signal)",
-            (!kprobes).then(|| {
-                "kprobes not supported by this kernel (no kprobe PMU: CONFIG_KPROBES off)".into()
+            // Off only while no kernel-function probe can attach: without kprobes, the core
+            // functions' trampolines of the fentry backend still give them.
+            (!kprobes && !kfunc_trampoline_attached).then(|| {
+                "kprobes not supported by this kernel (no kprobe PMU: CONFIG_KPROBES off) and no fentry on the core kernel functions".into()
             }),
         ),
     ]

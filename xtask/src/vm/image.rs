@@ -59,6 +59,12 @@ pub(super) fn build_module(paths: &Paths, kdir: &Path, kbuild: &Path) -> Result<
 
 // --- user space ----------------------------------------------------------------------------
 
+/// The overhead benchmark's executable and the release agent binary built with it.
+pub(super) struct Bench {
+    pub bench: PathBuf,
+    pub agent: PathBuf,
+}
+
 pub(super) struct Userspace {
     /// (path inside the initramfs, file on the host)
     files: Vec<(String, PathBuf)>,
@@ -79,7 +85,7 @@ pub(super) fn cc(args: &[&std::ffi::OsStr]) -> Result<()> {
 pub(super) fn build_userspace(
     paths: &Paths,
     agent: &Path,
-    bench: Option<&Path>,
+    bench: Option<&Bench>,
 ) -> Result<Userspace> {
     let us = &paths.userspace;
     let src = us.join("src");
@@ -128,13 +134,14 @@ pub(super) fn build_userspace(
         libcuda.clone(),
     ];
     if let Some(b) = bench {
-        let stripped_bench = us.join("uvmwatch-overhead");
-        util::run_inherit(Command::new("strip").arg("-o").arg(&stripped_bench).arg(b))?;
-        files.push((
-            "usr/bin/uvmwatch-overhead".to_string(),
-            stripped_bench.clone(),
-        ));
-        bins.push(stripped_bench);
+        // The benchmark, and the release agent it measures (a debug agent's own CPU would
+        // take from the loops: TCG runs every vCPU on one host thread).
+        for (name, from) in [("uvmwatch-overhead", &b.bench), ("uvmwatch-release", &b.agent)] {
+            let stripped = us.join(name);
+            util::run_inherit(Command::new("strip").arg("-o").arg(&stripped).arg(from))?;
+            files.push((format!("usr/bin/{name}"), stripped.clone()));
+            bins.push(stripped);
+        }
     }
     let mut libs = BTreeSet::new();
     for bin in &bins {

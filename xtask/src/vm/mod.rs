@@ -267,9 +267,9 @@ pub fn run(args: &VmTestArgs) -> Result<ExitCode> {
     let bench = if args.no_bench {
         None
     } else {
-        Some(build_bench(&root)?)
+        Some(build_bench(&root, &target)?)
     };
-    let userspace = build_userspace(&paths, &agent, bench.as_deref())?;
+    let userspace = build_userspace(&paths, &agent, bench.as_ref())?;
     println!(
         "vm-test: agent and test programs ready in {:.1}s",
         t.elapsed().as_secs_f64()
@@ -318,7 +318,7 @@ pub fn run(args: &VmTestArgs) -> Result<ExitCode> {
 
 /// Builds the overhead benchmark (`agent/benches/overhead.rs`, release) and returns its
 /// executable, which the VM runs against its own agent binary (`UVMWATCH_BENCH_AGENT`).
-fn build_bench(root: &Path) -> Result<PathBuf> {
+fn build_bench(root: &Path, target: &Path) -> Result<image::Bench> {
     println!("vm-test: cargo bench -p uvmwatch --bench overhead --no-run");
     let out = Command::new("cargo")
         .current_dir(root)
@@ -337,8 +337,12 @@ fn build_bench(root: &Path) -> Result<PathBuf> {
     if !out.status.success() {
         bail!("cargo bench --no-run failed ({})", out.status);
     }
-    bench_executable(&String::from_utf8_lossy(&out.stdout))
-        .context("cargo bench --no-run named no executable for the overhead bench")
+    let bench = bench_executable(&String::from_utf8_lossy(&out.stdout))
+        .context("cargo bench --no-run named no executable for the overhead bench")?;
+    Ok(image::Bench {
+        bench,
+        agent: target.join("release").join("uvmwatch"),
+    })
 }
 
 /// The `executable` of the `overhead` bench in cargo's JSON messages.
