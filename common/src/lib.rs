@@ -634,6 +634,12 @@ pub const OPEN_PATH_TRUNCATED: u32 = 1;
 pub const OPEN_IN_CUINIT: u32 = 2;
 /// [`OpenEvent::flags`] bit: the file's name starts with `libcuda.so`.
 pub const OPEN_LIBCUDA: u32 = 4;
+/// [`OpenEvent::flags`] bit: a successful open whose fd is not known (the fentry backend
+/// sees the open inside `do_filp_open`, before the fd is installed; `ret` is then 0).
+pub const OPEN_FD_UNKNOWN: u32 = 8;
+/// [`OpenEvent::flags`] bit: no start of the open was seen (the fentry backend times only
+/// NVIDIA character devices' opens; `start_ns` is then the exit time).
+pub const OPEN_NO_START: u32 = 16;
 
 /// An `openat` of an NVIDIA node or of `libcuda.so*` ended (kind [`EVENT_OPEN`]).
 #[repr(C)]

@@ -5,7 +5,10 @@
 # Usage (as root): bash target/device-check/run.sh
 # Results: flat files in $OUT (default ./device-check-out):
 #   host.txt             kernel, driver, nvidia_uvm parameters, nvidia-smi -q (first 100 lines), tools
-#   probes.txt           `uvmwatch probes` (its first line: the driver and the ioctl layouts chosen)
+#   probes.txt           `uvmwatch probes` (its first lines: the driver and the ioctl layouts
+#                        chosen, the syscall backend this kernel allows and why), then the
+#                        overhead benchmark's output (`overhead <kernel> <backend>: ...` per
+#                        backend the kernel allows, against no agent and the floor)
 #   workload.txt         the PyTorch workload: 3 runs without any agent (the baseline), 3 under
 #                        `uvmwatch run`, one with CUDA_VISIBLE_DEVICES unset, one captured
 #   agent.log            the agent's JSON log, then the capture's
@@ -116,6 +119,10 @@ export -f have host_info
 step host-info 60 bash -c host_info >"$OUT/host.txt" 2>&1
 
 step probes 60 ./uvmwatch probes >"$OUT/probes.txt" 2>&1
+# What the agent costs the host here, both backends where the kernel allows them (3 short
+# rounds; agent/benches/overhead.rs, docs/testing.md).
+step overhead 150 env UVMWATCH_BENCH_AGENT="$HERE/uvmwatch" UVMWATCH_BENCH_ROUNDS=3 \
+    UVMWATCH_BENCH_ITERS=100000 ./uvmwatch-overhead --bench >>"$OUT/probes.txt" 2>&1
 
 WORKLOAD='
 import json, os, time

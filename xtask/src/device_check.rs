@@ -56,34 +56,33 @@ fn build_info(root: &Path) -> String {
 pub fn run() -> Result<ExitCode> {
     setup::ensure()?;
     let root = util::workspace_root();
-    println!("device-check: cargo build --release -p uvmwatch --bin uvmwatch");
-    util::run_inherit(Command::new("cargo").current_dir(&root).args([
-        "build",
-        "--release",
-        "-p",
-        "uvmwatch",
-        "--bin",
-        "uvmwatch",
-    ]))?;
     // target/<profile>/xtask -> target/release/uvmwatch (same target dir).
     let target_dir: PathBuf = std::env::current_exe()?
         .parent()
         .and_then(|d| d.parent())
         .context("xtask is not inside a cargo target dir")?
         .to_path_buf();
-    let bin = target_dir.join("release").join("uvmwatch");
+    // The overhead benchmark, and with it the release agent (the same build makes both).
+    let bench = crate::bench::build(&root, &target_dir)?;
+    let bin = bench.agent.clone();
     let out = root.join(BUNDLE_DIR);
     if out.exists() {
         fs::remove_dir_all(&out).with_context(|| format!("clear {}", out.display()))?;
     }
     fs::create_dir_all(&out)?;
     fs::copy(&bin, out.join("uvmwatch")).with_context(|| format!("copy {}", bin.display()))?;
+    util::run_inherit(
+        Command::new("strip")
+            .arg("-o")
+            .arg(out.join("uvmwatch-overhead"))
+            .arg(&bench.bench),
+    )?;
     fs::write(out.join("run.sh"), RUN_SH)?;
     fs::set_permissions(out.join("run.sh"), fs::Permissions::from_mode(0o755))?;
     fs::write(out.join("build-info.txt"), build_info(&root))?;
     let size = fs::metadata(out.join("uvmwatch"))?.len();
     println!(
-        "device-check: wrote {BUNDLE_DIR}/ (uvmwatch {:.1} MiB, run.sh, build-info.txt)",
+        "device-check: wrote {BUNDLE_DIR}/ (uvmwatch {:.1} MiB, uvmwatch-overhead, run.sh, build-info.txt)",
         size as f64 / (1024.0 * 1024.0)
     );
     println!("device-check: run it on the GPU machine with the device tool's `run`:");

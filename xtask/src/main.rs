@@ -13,6 +13,7 @@
 //! This crate builds with the stable toolchain alone: it must not depend on the agent crate,
 //! whose build script needs the nightly and bpf-linker that `setup` installs.
 
+mod bench;
 mod demo;
 mod device_check;
 mod nvidia_layouts;

@@ -29,7 +29,7 @@ use aya_ebpf::{
 };
 use uvmwatch_common::{
     classify_dev_path, classify_rdev, counter, node, DevFile, OpenEvent, OpenKey, EVENT_OPEN,
-    OPEN_IN_CUINIT, OPEN_LIBCUDA, OPEN_PATH_TRUNCATED, PATH_LEN,
+    OPEN_FD_UNKNOWN, OPEN_IN_CUINIT, OPEN_LIBCUDA, OPEN_NO_START, OPEN_PATH_TRUNCATED, PATH_LEN,
 };
 
 use super::{SysExitArgs, SyscallHead};
@@ -357,6 +357,16 @@ fn record(
     ev.ret = ret;
     ev.open_flags = p.open_flags as u32;
     ev.flags = if p.in_cuinit != 0 { OPEN_IN_CUINIT } else { 0 };
+    // The fentry backend (the kernel's copy of the path): no fd yet, and a start only when
+    // `chrdev_open` stamped one.
+    if p.kernel_path != 0 {
+        if ret >= 0 {
+            ev.flags |= OPEN_FD_UNKNOWN;
+        }
+        if p.node == node::NONE {
+            ev.flags |= OPEN_NO_START;
+        }
+    }
     ev.node = node_kind;
     ev.minor = minor;
     ev.path[0] = 0;

@@ -236,8 +236,13 @@ pub struct Open {
     pub node: String,
     /// The errno name when it failed.
     pub errno: Option<String>,
-    /// The syscall's return value (the fd, or `-errno`).
+    /// The syscall's return value (the fd, or `-errno`; 0 for a success whose fd is not
+    /// known).
     pub ret: i64,
+    /// The new fd, when known (the fentry backend sees an open before its fd exists).
+    pub fd: Option<i64>,
+    /// Whether the open's start was seen (so its duration is known).
+    pub timed: bool,
     /// Made inside `cuInit`.
     pub in_cuinit: bool,
     /// The diagnosis of a failed open.
@@ -654,6 +659,8 @@ pub(crate) mod testing {
                 node: path.trim_start_matches("/dev/").into(),
                 errno: errno.map(str::to_string),
                 ret: if errno.is_some() { -1 } else { 3 },
+                fd: errno.is_none().then_some(3),
+                timed: true,
                 in_cuinit,
                 findings: Vec::new(),
             }),

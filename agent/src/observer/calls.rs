@@ -179,6 +179,8 @@ mod tests {
             node: path.trim_start_matches("/dev/").into(),
             errno: errno.map(str::to_string),
             ret: if errno.is_some() { -1 } else { 5 },
+            fd: errno.is_none().then_some(5),
+            timed: true,
             in_cuinit: true,
             findings: vec![],
         };

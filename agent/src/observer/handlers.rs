@@ -7,7 +7,7 @@ use std::sync::Arc;
 use uvmwatch_common::{
     ctxcall, node, result, CtxEvent, CuinitEvent, EventHeader, IoctlEvent, KfuncEvent, OpenEvent,
     TaskEvent, CTX_COUNT_READ, CTX_ENTRY_SEEN, DIED_IN_CUINIT, DIED_IN_IOCTL, IOCTL_FAILED,
-    IOCTL_IN_CUINIT, IOCTL_SLOW, OPEN_IN_CUINIT, OPEN_LIBCUDA,
+    IOCTL_IN_CUINIT, IOCTL_SLOW, OPEN_FD_UNKNOWN, OPEN_IN_CUINIT, OPEN_NO_START, OPEN_LIBCUDA,
 };
 
 use super::{
@@ -227,10 +227,13 @@ impl<K: KernelSide> Observer<K> {
             errno: (e.ret < 0).then(|| errno::label((-e.ret) as u32)),
             path,
             ret: e.ret,
+            fd: (e.ret >= 0 && e.flags & OPEN_FD_UNKNOWN == 0).then_some(e.ret),
+            timed: e.flags & OPEN_NO_START == 0,
             in_cuinit: e.flags & OPEN_IN_CUINIT != 0,
             findings: Vec::new(),
         };
-        if o.in_cuinit {
+        // An open whose start was not seen has no duration to judge.
+        if o.in_cuinit && o.timed {
             let secs = h.ts_ns.saturating_sub(e.start_ns) as f64 / 1e9;
             self.calls.open(h.tid, &o, secs);
         }

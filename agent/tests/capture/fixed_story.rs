@@ -91,6 +91,8 @@ pub(crate) fn story() -> Capture {
         node: "nvidia-uvm".into(),
         errno: None,
         ret: 3,
+        fd: Some(3),
+        timed: true,
         in_cuinit: true,
         findings: vec![],
     });

@@ -59,12 +59,6 @@ pub(super) fn build_module(paths: &Paths, kdir: &Path, kbuild: &Path) -> Result<
 
 // --- user space ----------------------------------------------------------------------------
 
-/// The overhead benchmark's executable and the release agent binary built with it.
-pub(super) struct Bench {
-    pub bench: PathBuf,
-    pub agent: PathBuf,
-}
-
 pub(super) struct Userspace {
     /// (path inside the initramfs, file on the host)
     files: Vec<(String, PathBuf)>,
@@ -85,7 +79,7 @@ pub(super) fn cc(args: &[&std::ffi::OsStr]) -> Result<()> {
 pub(super) fn build_userspace(
     paths: &Paths,
     agent: &Path,
-    bench: Option<&Bench>,
+    bench: Option<&crate::bench::Bench>,
 ) -> Result<Userspace> {
     let us = &paths.userspace;
     let src = us.join("src");

@@ -22,12 +22,12 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 
 use crate::{setup, util};
 
@@ -267,7 +267,7 @@ pub fn run(args: &VmTestArgs) -> Result<ExitCode> {
     let bench = if args.no_bench {
         None
     } else {
-        Some(build_bench(&root, &target)?)
+        Some(crate::bench::build(&root, &target)?)
     };
     let userspace = build_userspace(&paths, &agent, bench.as_ref())?;
     println!(
@@ -314,47 +314,6 @@ pub fn run(args: &VmTestArgs) -> Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
-}
-
-/// Builds the overhead benchmark (`agent/benches/overhead.rs`, release) and returns its
-/// executable, which the VM runs against its own agent binary (`UVMWATCH_BENCH_AGENT`).
-fn build_bench(root: &Path, target: &Path) -> Result<image::Bench> {
-    println!("vm-test: cargo bench -p uvmwatch --bench overhead --no-run");
-    let out = Command::new("cargo")
-        .current_dir(root)
-        .args([
-            "bench",
-            "-p",
-            "uvmwatch",
-            "--bench",
-            "overhead",
-            "--no-run",
-            "--message-format=json",
-        ])
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .context("run cargo bench --no-run")?;
-    if !out.status.success() {
-        bail!("cargo bench --no-run failed ({})", out.status);
-    }
-    let bench = bench_executable(&String::from_utf8_lossy(&out.stdout))
-        .context("cargo bench --no-run named no executable for the overhead bench")?;
-    Ok(image::Bench {
-        bench,
-        agent: target.join("release").join("uvmwatch"),
-    })
-}
-
-/// The `executable` of the `overhead` bench in cargo's JSON messages.
-fn bench_executable(messages: &str) -> Option<PathBuf> {
-    messages
-        .lines()
-        .filter(|l| l.contains("\"name\":\"overhead\"") && l.contains("\"kind\":[\"bench\"]"))
-        .find_map(|l| {
-            let at = l.find("\"executable\":\"")? + "\"executable\":\"".len();
-            let end = l[at..].find('"')?;
-            Some(PathBuf::from(&l[at..at + end]))
-        })
 }
 
 fn secs(d: Duration) -> String {
@@ -459,17 +418,6 @@ mod tests {
             ]
         );
         assert!(ldd_paths("\tstatically linked\n").is_empty());
-    }
-
-    #[test]
-    fn the_bench_executable_from_cargo_messages() {
-        let m = "{\"reason\":\"compiler-artifact\",\"target\":{\"kind\":[\"lib\"],\"name\":\"uvmwatch\"},\"executable\":null}\n\
-                 {\"reason\":\"compiler-artifact\",\"target\":{\"kind\":[\"bench\"],\"crate_types\":[\"bin\"],\"name\":\"overhead\"},\"executable\":\"/t/release/deps/overhead-1f2e\",\"fresh\":false}";
-        assert_eq!(
-            bench_executable(m),
-            Some(PathBuf::from("/t/release/deps/overhead-1f2e"))
-        );
-        assert_eq!(bench_executable("{}"), None);
     }
 
     #[test]

@@ -402,7 +402,7 @@ impl LogListener {
                 event = "device_open",
                 pid,
                 path = %o.path,
-                fd = o.ret,
+                fd = o.fd,
                 "NVIDIA device opened"
             );
             return;
