@@ -15,7 +15,7 @@ use uvmwatch_common::{
     S_IFMT,
 };
 
-use crate::maps::{CONFIG, COUNTERS, DEVFILES, EVENTS, FAILURE_RATE, PROCS};
+use crate::maps::{CONFIG, COUNTERS, DEVFILES, EVENTS, FAILURE_RATE, PROCS, PROC_GATE};
 
 // ---------------------------------------------------------------------------------------------
 // settings, ids, records
@@ -148,6 +148,34 @@ pub fn failed(kind: u8, code: u32) -> bool {
 // the processes looked at
 // ---------------------------------------------------------------------------------------------
 
+/// Whether `pid` may be in `PROCS` (`PROC_GATE`; a pid past the gate's end may).
+#[inline(always)]
+pub fn maybe_tracked(pid: u32) -> bool {
+    match PROC_GATE.get(pid) {
+        Some(v) => *v != 0,
+        None => true,
+    }
+}
+
+/// Puts `pid` in `PROCS` (`st`) and opens its gate; `false` when the map is full.
+#[inline(always)]
+pub fn track(pid: u32, st: &ProcState) -> bool {
+    // The gate first: a call between the two is looked up in `PROCS`, never missed.
+    if let Some(g) = PROC_GATE.get_ptr_mut(pid) {
+        unsafe { *g = 1 };
+    }
+    PROCS.insert(&pid, st, 0).is_ok()
+}
+
+/// Takes `pid` out of `PROCS` and closes its gate.
+#[inline(always)]
+pub fn untrack(pid: u32) {
+    let _ = PROCS.remove(&pid);
+    if let Some(g) = PROC_GATE.get_ptr_mut(pid) {
+        unsafe { *g = 0 };
+    }
+}
+
 /// The state of `tgid` in `PROCS`, put there now (its ioctls are looked at from now on)
 /// when it is not; a full map is counted.
 #[inline(always)]
@@ -160,7 +188,7 @@ pub fn ensure_proc(tgid: u32, now: u64) -> Option<ProcState> {
         parent_tgid: 0,
         execed: 0,
     };
-    if PROCS.insert(&tgid, &p, 0).is_err() {
+    if !track(tgid, &p) {
         bump(counter::PROCS_FULL);
         return None;
     }

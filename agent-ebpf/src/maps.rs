@@ -59,6 +59,12 @@ pub static DEVFILES: LruHashMap<DevFileKey, DevFile> = LruHashMap::with_max_entr
 /// from any of them. One lookup here is all an ioctl of any other process costs.
 #[map]
 pub static PROCS: HashMap<u32, ProcState> = HashMap::with_max_entries(16384, 0);
+/// One byte per pid, 1 while `PROCS` may hold it: the ioctl programs' first test, an array
+/// lookup instead of a hash lookup for every process that is not looked at (a pid past its
+/// end, once `pid_max` grew after the start, goes on to `PROCS`). User space sizes it to
+/// `/proc/sys/kernel/pid_max` at load (this size, `PID_MAX_LIMIT` on 64-bit, is the most).
+#[map]
+pub static PROC_GATE: Array<u8> = Array::with_max_entries(uvmwatch_common::PID_MAX_LIMIT, 0);
 
 // ---------------------------------------------------------------------------------------------
 // calls in flight (keyed by tid)

@@ -78,7 +78,10 @@ fn auto_takes_fentry_where_allowed_and_else_says_why_it_fell_back() {
             ),
             Some(1.0)
         );
-        assert!(table.contains("not used: the fentry backend is attached"), "{table}");
+        assert!(
+            table.contains("not used: the fentry backend is attached"),
+            "{table}"
+        );
     } else {
         // The kernel's own words for the refusal, and the fallback said with them.
         let why = fentry_line
@@ -152,7 +155,10 @@ fn the_flag_forces_a_backend_and_a_refused_one_is_not_ready() {
         hooks_line(&table),
         "syscall hooks: tracepoint backend (--probe-backend tracepoint)"
     );
-    assert!(table.contains("not used: --probe-backend tracepoint"), "{table}");
+    assert!(
+        table.contains("not used: --probe-backend tracepoint"),
+        "{table}"
+    );
     assert!(
         table
             .lines()
@@ -177,12 +183,17 @@ fn the_flag_forces_a_backend_and_a_refused_one_is_not_ready() {
         assert_eq!((code, feature, probes_code), (200, Some(1.0), 0), "{body}");
     } else {
         assert_eq!(code, 503, "{body}");
-        assert!(body.contains("fentry refused: the kernel refused fentry"), "{body}");
+        assert!(
+            body.contains("fentry refused: the kernel refused fentry"),
+            "{body}"
+        );
         assert_eq!(feature, Some(0.0));
         assert_eq!(probes_code, 1, "{fentry_table}");
         assert!(
-            fentry_table.lines().any(|l| l.starts_with("fentry:__x64_sys_ioctl ")
-                && l.contains("unavailable: fentry refused: ")),
+            fentry_table
+                .lines()
+                .any(|l| l.starts_with("fentry:__x64_sys_ioctl ")
+                    && l.contains("unavailable: fentry refused: ")),
             "{fentry_table}"
         );
     }

@@ -424,6 +424,10 @@ pub const UNKNOWN_CMD: u32 = 0xffff_ffff;
 /// NVIDIA's ioctl type byte, `'F'` (`NV_IOCTL_MAGIC`, `kernel-open/common/inc/nv-ioctl-numbers.h`).
 pub const NV_IOCTL_MAGIC: u32 = b'F' as u32;
 
+/// The most `/proc/sys/kernel/pid_max` can be on a 64-bit kernel (`PID_MAX_LIMIT`,
+/// `include/linux/threads.h`: 4 × 1024 × 1024): the largest size of the `PROC_GATE` map.
+pub const PID_MAX_LIMIT: u32 = 4 * 1024 * 1024;
+
 /// Runtime settings written by user space into the one-entry `CONFIG` array.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -469,8 +473,11 @@ pub struct FentryOffsets {
     pub filename_name: u32,
     /// `open_flags.open_flag` (`int`: the `O_*` flags).
     pub open_flags_flag: u32,
+    /// `file.f_flags` (`unsigned int`: the `O_*` flags of an open file).
+    pub file_flags: u32,
     /// 1 when the offsets were found; 0 keeps the fentry backend off.
     pub ready: u32,
+    pub _pad: u32,
 }
 
 /// Byte offsets of the kernel struct members the programs read to find and identify the
@@ -1063,9 +1070,9 @@ mod tests {
         assert_eq!(size_of::<IoctlKey>(), 12);
         assert_eq!(size_of::<LatencyHist>(), 8 * (HIST_BUCKETS + 2));
         assert_eq!(size_of::<OpenKey>(), 8);
-        assert_eq!(size_of::<Config>(), 144);
+        assert_eq!(size_of::<Config>(), 152);
         assert_eq!(size_of::<FileOffsets>(), 80);
-        assert_eq!(size_of::<FentryOffsets>(), 24);
+        assert_eq!(size_of::<FentryOffsets>(), 32);
         assert_eq!(size_of::<DevFileKey>(), 16);
         assert_eq!(size_of::<DevFile>(), 8);
         assert_eq!(MAX_EVENT_SIZE, 200);

@@ -54,7 +54,6 @@ fn bench_executable(messages: &str) -> Option<PathBuf> {
         })
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,5 +68,4 @@ mod tests {
         );
         assert_eq!(bench_executable("{}"), None);
     }
-
 }

@@ -50,6 +50,12 @@ pub fn floor_fe_chrdev(_ctx: FEntryContext) -> u32 {
     hit()
 }
 
+/// On `chrdev_open`'s exit.
+#[fexit(function = "chrdev_open")]
+pub fn floor_fx_chrdev(_ctx: FExitContext) -> u32 {
+    hit()
+}
+
 /// On `do_filp_open`'s exit.
 #[fexit(function = "do_filp_open")]
 pub fn floor_fx_open(_ctx: FExitContext) -> u32 {

@@ -21,7 +21,8 @@ use uvmwatch_common::{
 
 use super::{SysExitArgs, SyscallHead};
 use crate::helpers::{
-    add_sample, bump, config, count, emit, failed, failure_allowed, header, ids, kread, node_of_fd,
+    add_sample, bump, config, count, emit, failed, failure_allowed, header, ids, kread,
+    maybe_tracked, node_of_fd,
 };
 use crate::maps::{
     CMDS, INFLIGHT_CUINIT, INFLIGHT_IOCTL, IOCTL_HIST, IOCTL_RESULTS, NAMED_CMDS, PROCS, ZERO_HIST,
@@ -92,8 +93,11 @@ fn syscall_args(regs: u64) -> Option<(u64, u64, u64)> {
 #[inline(always)]
 fn enter(fd: u64, cmd: u64, arg: u64) -> Option<()> {
     let (tgid, tid) = ids();
-    // One hash lookup for every process that never touched an NVIDIA node (the host's
+    // One array lookup for every process that never touched an NVIDIA node (the host's
     // other ioctls: terminals, sockets, block devices) instead of reading its fd table.
+    if !maybe_tracked(tgid) {
+        return None;
+    }
     unsafe { PROCS.get(&tgid) }?;
     let cfg = config()?;
     let fd = fd as u32;
@@ -168,6 +172,10 @@ pub fn ioctl_fexit(ctx: FExitContext) -> u32 {
 #[inline(always)]
 fn exit(ret: i64) -> Option<()> {
     let (tgid, tid) = ids();
+    // Only a process the enter looked at (or one user space seeded) has a call in flight.
+    if !maybe_tracked(tgid) {
+        return None;
+    }
     let call = *unsafe { INFLIGHT_IOCTL.get(&tid) }?;
     let _ = INFLIGHT_IOCTL.remove(&tid);
     let now = unsafe { bpf_ktime_get_ns() };

@@ -212,7 +212,8 @@ fn try_open_exit(ctx: &TracePointContext) -> Option<()> {
 }
 
 /// fentry on `chrdev_open(struct inode *inode, struct file *filp)`: the start of an open of
-/// an NVIDIA character device (its number read from the inode), for `do_filp_open`'s exit.
+/// an NVIDIA character device (its number read from the inode), for `do_filp_open`'s exit
+/// (a success) or `chrdev_open`'s (a refusal).
 #[fentry(function = "chrdev_open")]
 pub fn chrdev_fentry(ctx: FEntryContext) -> u32 {
     let _ = chrdev_entered(ctx.arg::<u64>(0));
@@ -247,6 +248,36 @@ fn chrdev_entered(inode: u64) -> Option<()> {
     None
 }
 
+/// fexit on `chrdev_open(struct inode *inode, struct file *filp)`, which returns 0 or
+/// `-errno`: an NVIDIA device whose driver refused the open (`EIO`, `ENXIO`, ...) is
+/// reported here, by its number, with the start its entry stamped. A success (every
+/// character device's, `/dev/null`'s too) returns at once: `do_filp_open`'s exit reports it.
+#[fexit(function = "chrdev_open")]
+pub fn chrdev_fexit(ctx: FExitContext) -> u32 {
+    // An `int`: the low half of the return register.
+    let ret = ctx.arg::<u64>(2) as u32 as i32;
+    if ret < 0 {
+        let _ = chrdev_refused(ctx.arg::<u64>(0), ctx.arg::<u64>(1), ret);
+    }
+    0
+}
+
+#[inline(always)]
+fn chrdev_refused(inode: u64, filp: u64, ret: i32) -> Option<()> {
+    let cfg = config()?;
+    let rdev: u32 = kread(inode + cfg.files.inode_rdev as u64)?;
+    if classify_rdev(rdev, cfg.uvm_major).0 == node::NONE {
+        return None;
+    }
+    let (tgid, tid) = ids();
+    let mut p = unsafe { PENDING_OPEN.get(&tid) }.copied()?;
+    let _ = PENDING_OPEN.remove(&tid);
+    p.open_flags = kread::<u32>(filp + cfg.fentry.file_flags as u64).unwrap_or(0) as u64;
+    // No path: the record names the node by its number (user space gives its /dev path).
+    p.filename = 0;
+    open_failed(&p, tgid, tid, ret as i64, unsafe { bpf_ktime_get_ns() })
+}
+
 /// fexit on `do_filp_open(int dfd, struct filename *pathname, const struct open_flags *op)`,
 /// which returns the new `struct file *` or an `ERR_PTR`.
 #[fexit(function = "do_filp_open")]
@@ -268,11 +299,11 @@ fn filp_opened(pathname: u64, op: u64, ret: u64) -> Option<()> {
     let now = unsafe { bpf_ktime_get_ns() };
     let err = ret as i64;
     let failed = (-4095..0).contains(&err);
-    // Only an NVIDIA device's open left a stamp (or a failed one, refused by its driver):
-    // any other character device is done with here, and no other file has a stamp, so the
-    // host's opens of other files touch no map.
+    // Only an NVIDIA device's open left a stamp (a failed one is reported by `chrdev_open`'s
+    // exit): any other character device is done with here, and no other file has a stamp,
+    // so the host's opens of other files touch no map.
     let stamped = if failed {
-        true
+        false
     } else {
         match file_id(cfg, ret)? {
             FileId::Chr { rdev } => {
@@ -377,6 +408,10 @@ fn record(
 /// kernel's copy of it); `false` when it cannot be read.
 #[inline(always)]
 fn read_path(ev: &mut OpenEvent, p: &PendingOpen) -> bool {
+    if p.filename == 0 {
+        ev.path[0] = 0;
+        return false;
+    }
     let at = p.filename as *const u8;
     let r = if p.kernel_path != 0 {
         unsafe { bpf_probe_read_kernel_str_bytes(at, &mut ev.path) }

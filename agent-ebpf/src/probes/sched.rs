@@ -14,7 +14,7 @@ use uvmwatch_common::{
 };
 
 use super::TraceEntry;
-use crate::helpers::{config, emit, header, ids};
+use crate::helpers::{config, emit, header, ids, maybe_tracked, track, untrack};
 use crate::maps::{DEVCOUNT_SENT, INFLIGHT_CUINIT, INFLIGHT_IOCTL, PENDING_OPEN, PROCS};
 
 /// `sched:sched_process_fork`, 6.18:
@@ -134,7 +134,7 @@ fn try_fork(ctx: &TracePointContext) -> Option<()> {
         parent_tgid: tgid,
         execed: 0,
     };
-    let _ = PROCS.insert(&(child as u32), &st, 0);
+    let _ = track(child as u32, &st);
     let ev = TaskEvent {
         header: header(EVENT_FORK, tgid, tid, now),
         aux: child as u32,
@@ -202,7 +202,9 @@ fn try_exit(ctx: &TracePointContext) -> Option<()> {
     }
     if tid != tgid {
         // Entry made by sched_fork for this thread, if any.
-        let _ = PROCS.remove(&tid);
+        if maybe_tracked(tid) {
+            untrack(tid);
+        }
     }
     let group_dead = if cfg.exit_group_dead_off != 0 {
         unsafe { ctx.read_at::<u8>(cfg.exit_group_dead_off as usize) }.unwrap_or(0) != 0
@@ -213,7 +215,7 @@ fn try_exit(ctx: &TracePointContext) -> Option<()> {
         let _ = DEVCOUNT_SENT.remove(&tgid);
     }
     if group_dead && unsafe { PROCS.get(&tgid) }.is_some() {
-        let _ = PROCS.remove(&tgid);
+        untrack(tgid);
         let ev = TaskEvent {
             header: header(EVENT_PROC_EXIT, tgid, tid, now),
             ..TaskEvent::default()

@@ -221,7 +221,8 @@ pub fn file_offsets(btf: &Btf) -> Result<FileOffsets> {
 }
 
 /// The argument offsets of the fentry/fexit programs, from `btf`: the syscall registers
-/// (x86-64 `struct pt_regs`: `di`, `si`, `dx`), `filename.name` and `open_flags.open_flag`.
+/// (x86-64 `struct pt_regs`: `di`, `si`, `dx`), `filename.name`, `open_flags.open_flag` and
+/// `file.f_flags`.
 /// An error (another architecture, a kernel without these members) keeps the fentry
 /// backend off.
 pub fn fentry_offsets(btf: &Btf) -> Result<FentryOffsets> {
@@ -232,7 +233,9 @@ pub fn fentry_offsets(btf: &Btf) -> Result<FentryOffsets> {
         regs_arg2: o("pt_regs", "dx")?,
         filename_name: o("filename", "name")?,
         open_flags_flag: o("open_flags", "open_flag")?,
+        file_flags: o("file", "f_flags")?,
         ready: 1,
+        _pad: 0,
     })
 }
 

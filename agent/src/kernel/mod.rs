@@ -140,6 +140,27 @@ fn status_entries(layout: &Layout) -> Vec<(CmdKey, CmdInfo)> {
 /// Whether this process can load BPF programs (effective uid 0 is the practical test; the
 /// capability the agent needs for its uprobes and tracefs is `CAP_SYS_ADMIN`, measured in
 /// docs/capabilities.md).
+/// The size of the `PROC_GATE` map: one byte per pid up to `/proc/sys/kernel/pid_max`
+/// (`PID_MAX_LIMIT` when it cannot be read; a pid past the end is looked up in `PROCS`, so
+/// a `pid_max` raised later costs only speed).
+fn proc_gate_size() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .unwrap_or(uvmwatch_common::PID_MAX_LIMIT)
+        .clamp(1, uvmwatch_common::PID_MAX_LIMIT)
+}
+
+/// Opens (1) or closes (0) `pid`'s byte of `PROC_GATE`; a pid past its end needs none.
+fn set_gate(bpf: &mut Ebpf, pid: u32, open: bool) -> Result<()> {
+    let mut gate: Array<&mut MapData, u8> =
+        Array::try_from(bpf.map_mut("PROC_GATE").context("map PROC_GATE")?)?;
+    if pid < gate.len() {
+        gate.set(pid, open as u8, 0)?;
+    }
+    Ok(())
+}
+
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
@@ -184,6 +205,7 @@ impl Kernel {
             ));
         }
         let bpf = EbpfLoader::new()
+            .map_max_entries("PROC_GATE", proc_gate_size())
             .load(EBPF_OBJECT)
             .context("loading the uvmwatch eBPF object")?;
         let tracefs = match tracefs::ensure_mounted() {
@@ -1002,6 +1024,8 @@ impl Kernel {
     /// # Errors
     /// The map update fails.
     pub fn seed_inflight_ioctl(&mut self, tid: u32, e: InflightIoctl) -> Result<()> {
+        // Its exit is looked for only behind an open gate.
+        set_gate(&mut self.bpf, e.tgid, true)?;
         let mut m: HashMap<&mut MapData, u32, InflightIoctl> =
             HashMap::try_from(self.bpf.map_mut("INFLIGHT_IOCTL").context("map")?)?;
         m.insert(tid, e, 0)?;
@@ -1067,6 +1091,7 @@ impl Kernel {
     /// Puts a process found holding an NVIDIA fd at start (from `/proc/<pid>/fd`) in
     /// `PROCS`, so its ioctls are looked at (their files identify them).
     pub fn seed_proc(&mut self, tgid: u32) -> Result<()> {
+        set_gate(&mut self.bpf, tgid, true)?;
         let mut procs: HashMap<&mut MapData, u32, ProcState> =
             HashMap::try_from(self.bpf.map_mut("PROCS").context("map")?)?;
         if procs.get(&tgid, 0).is_err() {
@@ -1107,13 +1132,16 @@ impl Kernel {
         let mut procs: HashMap<&mut MapData, u32, ProcState> =
             HashMap::try_from(self.bpf.map_mut("PROCS").context("map")?)?;
         let all: Vec<u32> = procs.keys().filter_map(|r| r.ok()).collect();
-        let mut removed = 0;
+        let mut gone = Vec::new();
         for t in all {
             if !alive(t) && procs.remove(&t).is_ok() {
-                removed += 1;
+                gone.push(t);
             }
         }
-        Ok(removed)
+        for &t in &gone {
+            set_gate(&mut self.bpf, t, false)?;
+        }
+        Ok(gone.len())
     }
 
     /// Number of processes in `PROCS`, whose ioctls the kernel side looks at (for

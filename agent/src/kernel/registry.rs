@@ -176,6 +176,7 @@ fn floor_trampoline(program: &str) -> Option<&'static str> {
         "ioctl_fentry" => "floor_fe_ioctl",
         "ioctl_fexit" => "floor_fx_ioctl",
         "chrdev_fentry" => "floor_fe_chrdev",
+        "chrdev_fexit" => "floor_fx_chrdev",
         "open_fexit" => "floor_fx_open",
         _ => return None,
     })
@@ -326,6 +327,13 @@ pub const REGISTRY: &[ProbeSpec] = &[
         "chrdev_open",
         false,
         "start of NVIDIA character device opens (fentry backend: only character device opens run it)",
+    ),
+    fe(
+        "fexit:chrdev_open",
+        "chrdev_fexit",
+        "chrdev_open",
+        true,
+        "NVIDIA character device opens the driver refused (EIO, ENXIO, ...), by device number (fentry backend)",
     ),
     fe(
         "fexit:do_filp_open",
@@ -813,10 +821,10 @@ mod tests {
             assert!(seen.insert(p.label), "duplicate label {}", p.label);
             assert!(!p.program.is_empty());
         }
-        // 4 fentry/fexit, 11 tracepoints, 14 uprobes (cuInit and the six context and device
+        // 5 fentry/fexit, 11 tracepoints, 14 uprobes (cuInit and the six context and device
         // calls, each with its uretprobe), 30 kprobes, 12 fentry/fexit of the 6 core-kernel
         // functions.
-        assert_eq!(all().len(), 71);
+        assert_eq!(all().len(), 72);
         let uprobes: Vec<_> = REGISTRY
             .iter()
             .filter(|p| matches!(p.attach, Attach::Uprobe { .. }))
@@ -854,7 +862,7 @@ mod tests {
                 .collect::<Vec<_>>(),
             hooks
         );
-        assert_eq!(floor.len(), 15);
+        assert_eq!(floor.len(), 16);
         let floor_programs: Vec<&str> = floor.iter().map(|p| p.program).collect();
         assert!(floor_programs.iter().all(|p| p.starts_with("floor_")));
         // One floor program per trampoline (each is loaded for its one function).
@@ -863,7 +871,7 @@ mod tests {
             .filter(|p| matches!(p.attach, Attach::Fentry { .. }))
             .map(|p| p.program)
             .collect();
-        assert_eq!(tramp.len(), 4);
+        assert_eq!(tramp.len(), 5);
         assert!(all().iter().all(|p| !p.program.starts_with("floor_")));
     }
 
@@ -901,8 +909,20 @@ mod tests {
         for k in KFUNCS {
             assert_eq!(k.trampolines.is_some(), k.module.is_none(), "{}", k.symbol);
             if let Some([fe, fx]) = k.trampolines {
-                assert_eq!(fe.attach, Attach::Fentry { function: k.symbol, ret: false });
-                assert_eq!(fx.attach, Attach::Fentry { function: k.symbol, ret: true });
+                assert_eq!(
+                    fe.attach,
+                    Attach::Fentry {
+                        function: k.symbol,
+                        ret: false
+                    }
+                );
+                assert_eq!(
+                    fx.attach,
+                    Attach::Fentry {
+                        function: k.symbol,
+                        ret: true
+                    }
+                );
                 assert!(!fe.required && !fx.required);
             }
         }
@@ -912,7 +932,7 @@ mod tests {
                 .filter(|p| p.required && p.backend == Some(b))
                 .count()
         };
-        assert_eq!(required(Backend::Fentry), 4);
+        assert_eq!(required(Backend::Fentry), 5);
         assert_eq!(required(Backend::Tracepoint), 4);
     }
 

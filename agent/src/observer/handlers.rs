@@ -7,7 +7,7 @@ use std::sync::Arc;
 use uvmwatch_common::{
     ctxcall, node, result, CtxEvent, CuinitEvent, EventHeader, IoctlEvent, KfuncEvent, OpenEvent,
     TaskEvent, CTX_COUNT_READ, CTX_ENTRY_SEEN, DIED_IN_CUINIT, DIED_IN_IOCTL, IOCTL_FAILED,
-    IOCTL_IN_CUINIT, IOCTL_SLOW, OPEN_FD_UNKNOWN, OPEN_IN_CUINIT, OPEN_NO_START, OPEN_LIBCUDA,
+    IOCTL_IN_CUINIT, IOCTL_SLOW, OPEN_FD_UNKNOWN, OPEN_IN_CUINIT, OPEN_LIBCUDA, OPEN_NO_START,
 };
 
 use super::{

@@ -130,7 +130,10 @@ pub(super) fn build_userspace(
     if let Some(b) = bench {
         // The benchmark, and the release agent it measures (a debug agent's own CPU would
         // take from the loops: TCG runs every vCPU on one host thread).
-        for (name, from) in [("uvmwatch-overhead", &b.bench), ("uvmwatch-release", &b.agent)] {
+        for (name, from) in [
+            ("uvmwatch-overhead", &b.bench),
+            ("uvmwatch-release", &b.agent),
+        ] {
             let stripped = us.join(name);
             util::run_inherit(Command::new("strip").arg("-o").arg(&stripped).arg(from))?;
             files.push((format!("usr/bin/{name}"), stripped.clone()));
