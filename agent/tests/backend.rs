@@ -106,7 +106,7 @@ fn auto_takes_fentry_where_allowed_and_else_says_why_it_fell_back() {
         // Each fentry probe is on standby with the reason, none is an error.
         assert!(
             table.contains(&format!(
-                "not used: fentry refused: {why}; the syscall tracepoints are used"
+                "not used: fentry refused: {why}; the syscall tracepoints and kprobes are used"
             )),
             "{table}"
         );
