@@ -77,12 +77,13 @@ pub static INFLIGHT_IOCTL: LruHashMap<u32, InflightIoctl> = LruHashMap::with_max
 /// sees it.
 #[map]
 pub static INFLIGHT_CUINIT: LruHashMap<u32, InflightCuinit> = LruHashMap::with_max_entries(8192, 0);
-/// Tracepoint backend: every `open`, `openat` or `openat2` between enter and exit (the
-/// path's address, not the path): the exit identifies the new file, and reads the path only
-/// of a failed open. Fentry backend: only opens of NVIDIA character devices, from
+/// Tracepoint backend: the last `open`, `openat` or `openat2` of each thread (the path's
+/// address, not the path), put here by the enter and taken by the exit only for an open it
+/// reports (a failed one: its path is read then); any other stays until the thread's next
+/// open overwrites it or the thread exits (an LRU map, so it never fills). Fentry backend: only opens of NVIDIA character devices, from
 /// `chrdev_open`'s entry (their start and node) to `do_filp_open`'s exit.
 #[map]
-pub static PENDING_OPEN: HashMap<u32, PendingOpen> = HashMap::with_max_entries(4096, 0);
+pub static PENDING_OPEN: LruHashMap<u32, PendingOpen> = LruHashMap::with_max_entries(16384, 0);
 /// CUDA context and device calls between entry and return, per (thread, slot): the
 /// `cuCtxCreate` versions share a slot, so only the outermost of nested ones counts.
 #[map]

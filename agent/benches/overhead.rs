@@ -236,6 +236,8 @@ struct ProcInfo {
     cpu_s: f64,
     wall_s: f64,
     hwm_kib: Option<u64>,
+    /// VmRSS just before the stop: what the agent holds while it runs.
+    rss_kib: Option<u64>,
     libcuda_attached: bool,
     floor_hits: Option<u64>,
 }
@@ -359,6 +361,7 @@ fn stop(mut r: Running) -> ProcInfo {
         cpu_s: cpu - r.ready_cpu_s,
         wall_s: r.ready_at.elapsed().as_secs_f64(),
         hwm_kib: status_kib(pid, "VmHWM:"),
+        rss_kib: status_kib(pid, "VmRSS:"),
         libcuda_attached: r.libcuda_attached.load(Ordering::SeqCst) > 0,
         floor_hits: None,
     };
@@ -638,13 +641,19 @@ fn report(kernel: &str, modes: &[Mode], samples: &[Vec<Sample>], rounds: usize, 
         let cpu_pct = median(infos.iter().map(|p| 100.0 * p.cpu_s / p.wall_s).collect());
         let start_cpu = median(infos.iter().map(|p| p.start_cpu_s * 1e3).collect());
         let hwm = infos.iter().filter_map(|p| p.hwm_kib).max();
+        let rss = infos.iter().filter_map(|p| p.rss_kib).max();
+        let mib = |k: Option<u64>| {
+            k.map(|k| format!("{:.1} MiB", k as f64 / 1024.0))
+                .unwrap_or_else(|| "unknown".into())
+        };
         let attached = infos.iter().filter(|p| p.libcuda_attached).count();
         println!(
             "agent {kernel} {name}: cpu {cpu_pct:.1}% of one core while measured (median of \
-             {} runs), {start_cpu:.0} ms to start; peak RSS (VmHWM) {}; libcuda probed in {attached} of {} runs",
+             {} runs), {start_cpu:.0} ms to start; RSS while running (VmRSS) {}, peak (VmHWM) {}; \
+             libcuda probed in {attached} of {} runs",
             infos.len(),
-            hwm.map(|k| format!("{:.1} MiB", k as f64 / 1024.0))
-                .unwrap_or_else(|| "unknown".into()),
+            mib(rss),
+            mib(hwm),
             infos.len()
         );
         let hits: Vec<f64> = floor

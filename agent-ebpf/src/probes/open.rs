@@ -178,7 +178,8 @@ fn enter(filename: u64, open_flags: u64) -> Option<()> {
         filename,
         open_flags,
         start_ns: unsafe { bpf_ktime_get_ns() },
-        in_cuinit: unsafe { INFLIGHT_CUINIT.get(&tid) }.is_some() as u8,
+        // Asked at the exit, of the opens that are reported.
+        in_cuinit: 0,
         node: node::NONE,
         minor: 0,
         kernel_path: 0,
@@ -200,14 +201,22 @@ pub fn open_exit(ctx: TracePointContext) -> u32 {
 
 fn try_open_exit(ctx: &TracePointContext) -> Option<()> {
     let (tgid, tid) = ids();
-    let p = unsafe { PENDING_OPEN.get(&tid) }.copied()?;
-    let _ = PENDING_OPEN.remove(&tid);
     let ret = unsafe { ctx.read_at::<SysExitArgs>(0) }.ok()?.ret;
     let now = unsafe { bpf_ktime_get_ns() };
+    // The thread's pending open, taken only for an open to report: any other open leaves it
+    // for the thread's next open to overwrite (`PENDING_OPEN` is an LRU map), so the host's
+    // ordinary opens cost no lookup and no delete here.
+    let take = || {
+        let mut p = unsafe { PENDING_OPEN.get(&tid) }.copied()?;
+        let _ = PENDING_OPEN.remove(&tid);
+        p.in_cuinit = unsafe { INFLIGHT_CUINIT.get(&tid) }.is_some() as u8;
+        Some(p)
+    };
     if ret >= 0 {
-        opened(&p, tgid, tid, ret as u32, now)
+        let file = file_of_fd(config()?, ret as u32)?;
+        opened_file(take, None, tgid, tid, file, ret as u32, now)
     } else {
-        open_failed(&p, tgid, tid, ret, now)
+        open_failed(&take()?, tgid, tid, ret, now)
     }
 }
 
@@ -342,7 +351,7 @@ fn filp_opened(pathname: u64, op: u64, ret: u64) -> Option<()> {
         open_failed(&p, tgid, tid, err, now)
     } else {
         // The fd is not installed yet inside `do_filp_open`: a successful open reports 0.
-        opened_file(&mut p, args, tgid, tid, ret, 0, now)
+        opened_file(move || Some(p), args, tgid, tid, ret, 0, now)
     }
 }
 
@@ -432,18 +441,11 @@ fn read_path(ev: &mut OpenEvent, p: &PendingOpen) -> bool {
     }
 }
 
-/// A successful open as `fd` (tracepoint backend): identified by its file.
+/// A successful open of `struct file *file` as `fd`: identified by what the file is. `take`
+/// gives the open's pending state, asked for only when the open is to be reported.
 #[inline(always)]
-fn opened(p: &PendingOpen, tgid: u32, tid: u32, fd: u32, now: u64) -> Option<()> {
-    let file = file_of_fd(config()?, fd)?;
-    let mut p = *p;
-    opened_file(&mut p, None, tgid, tid, file, fd, now)
-}
-
-/// A successful open of `struct file *file` as `fd`: identified by what the file is.
-#[inline(always)]
-fn opened_file(
-    p: &mut PendingOpen,
+fn opened_file<F: FnOnce() -> Option<PendingOpen>>(
+    take: F,
     args: Option<FilpArgs>,
     tgid: u32,
     tid: u32,
@@ -466,6 +468,8 @@ fn opened_file(
                 (k, m)
             }
             Named::Libcuda => {
+                let mut p = take()?;
+                let p = &mut p;
                 complete(p, args, tid);
                 // Libraries are opened read-only by the loader; writes (copies, image
                 // extraction) are not loads.
@@ -493,9 +497,10 @@ fn opened_file(
     };
     count(&OPENS, &key, counter::OPENS_FULL);
     let _ = ensure_proc(tgid, now);
-    complete(p, args, tid);
+    let mut p = take()?;
+    complete(&mut p, args, tid);
     if p.in_cuinit != 0 {
-        let ev = record(p, tgid, tid, fd as i64, now, node_kind, minor)?;
+        let ev = record(&p, tgid, tid, fd as i64, now, node_kind, minor)?;
         emit(ev);
     }
     Some(())

@@ -23,10 +23,11 @@ const KIND_UNION: u32 = 5;
 /// `BTF_KIND_TYPE_TAG`: modifiers, skipped to reach the member's struct or union.
 const MODIFIERS: [u32; 5] = [8, 9, 10, 11, 18];
 
-/// One struct or union member: name, type id, offset in bits.
+/// One struct or union member: name (an offset into the string section: a vmlinux BTF has
+/// hundreds of thousands of members, kept small), type id, offset in bits.
 #[derive(Debug, Clone)]
 struct Member {
-    name: String,
+    name_off: u32,
     type_id: u32,
     bit_offset: u32,
 }
@@ -47,6 +48,8 @@ enum Type {
 pub struct Btf {
     types: Vec<Type>,
     by_name: HashMap<String, u32>,
+    /// The string section.
+    strs: Vec<u8>,
 }
 
 fn u16_at(d: &[u8], at: usize) -> Result<u16> {
@@ -117,7 +120,7 @@ impl Btf {
                     let m = at + i * 12;
                     let off = u32_at(d, m + 8)?;
                     members.push(Member {
-                        name: name(u32_at(d, m)?),
+                        name_off: u32_at(d, m)?,
                         type_id: u32_at(d, m + 4)?,
                         // With kind_flag, the high 8 bits are a bitfield's size.
                         bit_offset: if kind_flag { off & 0xff_ffff } else { off },
@@ -136,7 +139,18 @@ impl Btf {
             types.push(ty);
             at += extra;
         }
-        Ok(Btf { types, by_name })
+        Ok(Btf {
+            types,
+            by_name,
+            strs: strs.to_vec(),
+        })
+    }
+
+    /// The NUL-terminated string at `off` of the string section (empty when out of it).
+    fn name(&self, off: u32) -> &[u8] {
+        let s = self.strs.get(off as usize..).unwrap_or(&[]);
+        let end = s.iter().position(|&b| b == 0).unwrap_or(s.len());
+        &s[..end]
     }
 
     /// Byte offset of `member` in `struct name`, looking into anonymous struct and union
@@ -163,11 +177,11 @@ impl Btf {
             return None;
         };
         for m in members {
-            if m.name == member {
+            if self.name(m.name_off) == member.as_bytes() {
                 return Some(m.bit_offset);
             }
         }
-        for m in members.iter().filter(|m| m.name.is_empty()) {
+        for m in members.iter().filter(|m| self.name(m.name_off).is_empty()) {
             let inner = self.strip(m.type_id);
             if let Some(b) = self.find(inner, member, depth + 1) {
                 return Some(m.bit_offset + b);

@@ -161,6 +161,14 @@ fn set_gate(bpf: &mut Ebpf, pid: u32, open: bool) -> Result<()> {
     Ok(())
 }
 
+/// Gives the heap's free memory back to the system: loading parses the eBPF object and
+/// the kernel's BTF (several MiB, freed once loaded), which glibc would otherwise keep
+/// in the agent's RSS for good.
+pub fn release_freed_memory() {
+    // SAFETY: malloc_trim only releases free memory of the allocator's own arenas.
+    unsafe { libc::malloc_trim(0) };
+}
+
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
@@ -205,6 +213,10 @@ impl Kernel {
             ));
         }
         let bpf = EbpfLoader::new()
+            // No kernel BTF for the loader: the programs have no CO-RE relocations (struct
+            // offsets come from `btf::file_offsets` in `Config`), and aya's parse of it
+            // would be most of the agent's peak memory. The trampolines get it when loaded.
+            .btf(None)
             .map_max_entries("PROC_GATE", proc_gate_size())
             .load(EBPF_OBJECT)
             .context("loading the uvmwatch eBPF object")?;
@@ -240,6 +252,7 @@ impl Kernel {
         k.load_programs();
         k.attach_tracepoints();
         k.attach_kprobes();
+        release_freed_memory();
         Ok(k)
     }
 
@@ -377,9 +390,18 @@ impl Kernel {
                     && !kfunc_trampoline(&self.specs[i])
             })
             .collect();
-        let attempt = match choice {
-            BackendChoice::Tracepoint => Err("--probe-backend tracepoint".to_string()),
-            _ => self.attach_fentry(&fentry),
+        // The kernel's BTF as aya reads it (several MiB while held): parsed once, for every
+        // trampoline, and dropped before the rest loads.
+        let kernel_btf = match choice {
+            BackendChoice::Tracepoint => None,
+            _ => Some(self.fentry_btf()),
+        };
+        let attempt = match (choice, &kernel_btf) {
+            (BackendChoice::Tracepoint, _) | (_, None) => {
+                Err("--probe-backend tracepoint".to_string())
+            }
+            (_, Some(Err(e))) => Err(e.clone()),
+            (_, Some(Ok(b))) => self.attach_fentry(&fentry, b),
         };
         let (backend, cause, why, standby) = match (attempt, choice) {
             (Ok(()), _) => (
@@ -419,15 +441,31 @@ impl Kernel {
                 self.states[i] = ProbeState::Standby(standby.clone());
             }
         }
-        if backend == Backend::Fentry && self.backend_attached(&fentry) {
-            self.attach_kfunc_trampolines();
+        if let (Backend::Fentry, Some(Ok(b))) = (backend, &kernel_btf) {
+            if self.backend_attached(&fentry) {
+                self.attach_kfunc_trampolines(b);
+            }
         }
+        drop(kernel_btf);
         tracing::debug!(backend = backend.name(), why = %why, "syscall hooks");
         self.backend = BackendChosen {
             backend,
             cause,
             why,
         };
+    }
+
+    /// What the trampolines are loaded with: the kernel's BTF, once the argument offsets the
+    /// programs read are known.
+    fn fentry_btf(&self) -> std::result::Result<AyaBtf, String> {
+        if self.config.fentry.ready == 0 {
+            return Err(format!(
+                "the argument offsets (pt_regs.di/si/dx, filename.name, open_flags.open_flag, \
+                 file.f_flags) are not in {}",
+                btf::VMLINUX_BTF
+            ));
+        }
+        AyaBtf::from_sys_fs().map_err(|e| format!("reading {}: {e}", btf::VMLINUX_BTF))
     }
 
     /// Whether every probe of `which` is attached.
@@ -440,7 +478,7 @@ impl Kernel {
     /// The fentry/fexit pair of each core-kernel function of `KFUNCS`, in place of its kprobe
     /// pair; a pair the kernel refuses (a function without BTF, a kernel before 5.17 for the
     /// fexit's `bpf_get_func_ret`) leaves that function to its kprobes.
-    fn attach_kfunc_trampolines(&mut self) {
+    fn attach_kfunc_trampolines(&mut self, btf: &AyaBtf) {
         for k in probes::KFUNCS {
             let Some(pair) = k.trampolines else { continue };
             let specs = self.specs.clone();
@@ -448,7 +486,7 @@ impl Kernel {
             let (Some(fe), Some(fx)) = (find(pair[0].label), find(pair[1].label)) else {
                 continue;
             };
-            if let Err(e) = self.attach_fentry(&[fe, fx]) {
+            if let Err(e) = self.attach_fentry(&[fe, fx], btf) {
                 let st = ProbeState::Standby(format!("fentry refused: {e}; its kprobes are used"));
                 self.states[fe] = st.clone();
                 self.states[fx] = st;
@@ -463,19 +501,10 @@ impl Kernel {
 
     /// Loads and attaches the fentry/fexit probes `which`; on the first refusal unloads
     /// them all (detaching what was attached) and returns the kernel's reason.
-    fn attach_fentry(&mut self, which: &[usize]) -> std::result::Result<(), String> {
+    fn attach_fentry(&mut self, which: &[usize], btf: &AyaBtf) -> std::result::Result<(), String> {
         if which.is_empty() {
             return Err("no fentry probes in this program set".into());
         }
-        if self.config.fentry.ready == 0 {
-            return Err(format!(
-                "the argument offsets (pt_regs.di/si/dx, filename.name, open_flags.open_flag) \
-                 are not in {}",
-                btf::VMLINUX_BTF
-            ));
-        }
-        let btf =
-            AyaBtf::from_sys_fs().map_err(|e| format!("reading {}: {e}", btf::VMLINUX_BTF))?;
         let mut done: Vec<usize> = Vec::new();
         let mut failure = None;
         for &i in which {
@@ -490,11 +519,11 @@ impl Kernel {
                     .ok_or_else(|| anyhow!("program {} not in the object", spec.program))?;
                 if ret {
                     let p: &mut FExit = prog.try_into()?;
-                    p.load(function, &btf)?;
+                    p.load(function, btf)?;
                     p.attach()?;
                 } else {
                     let p: &mut FEntry = prog.try_into()?;
-                    p.load(function, &btf)?;
+                    p.load(function, btf)?;
                     p.attach()?;
                 }
                 Ok(())
