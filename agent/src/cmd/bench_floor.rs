@@ -15,7 +15,7 @@ use crate::kernel;
 /// Runs the floor until SIGTERM or SIGINT. Prints `floor: attached N of M probes (<backend>
 /// backend)` once attached (the benchmark waits for that line), and `floor: hits N` (the
 /// program's runs, summed over CPUs) when it stops; exit 0. When a probe does not attach it
-/// prints `floor: refused: <backend> backend: <why>` and exits 1 at once.
+/// prints `floor: refused: <backend> backend: <probe> <state>` and exits 1 at once.
 ///
 /// # Errors
 /// Not root, or the object could not be loaded.
@@ -53,13 +53,13 @@ pub fn bench_floor(g: &super::Global) -> Result<ExitCode> {
         eprintln!("uvmwatch bench-floor: {} {st}", s.label);
     }
     let mut out = std::io::stdout();
-    if attached < rows.len() {
+    if let Some((s, st)) = rows.iter().find(|(_, st)| st.gauge() == 0) {
         // The backend asked for is refused here: nothing to measure it by.
         writeln!(
             out,
-            "floor: refused: {} backend: {}",
+            "floor: refused: {} backend: {} {st}",
             b.backend.name(),
-            b.why
+            s.label
         )?;
         return Ok(ExitCode::from(1));
     }
