@@ -221,7 +221,11 @@ const REQUIRED: &[&str] = &[
 fn the_demo_scenarios_keep_their_log_fields_and_metrics() {
     require_env!("the_demo_scenarios_keep_their_log_fields_and_metrics");
     let root = incident_host();
+    // The tracepoint backend on every kernel, so the series of the probes (and of the
+    // backend's reason) are the same wherever the contract is checked.
     let agent = Agent::start(&[
+        "--probe-backend",
+        "tracepoint",
         "--cuinit-stall",
         "3s",
         "--ioctl-stall",
