@@ -22,7 +22,11 @@ HERE = Path(__file__).resolve().parent
 SEL = 'job=~"$job", hostname=~"$node", instance=~"$instance"'
 DS = {"type": "prometheus", "uid": "${datasource}"}
 RUNBOOK_BASE = "https://github.com/uvmwatch/uvmwatch/blob/main/docs/runbooks/"
+# Required on their backend (docs/probes.md#backends): a probe counts only on the backend
+# its agent chose (`uvmwatch_probe_backend_info`); the other backend's are on standby.
 REQUIRED_PROBES = (
+    "fentry:__x64_sys_ioctl|fexit:__x64_sys_ioctl|fentry:chrdev_open|fexit:chrdev_open|"
+    "fexit:do_filp_open|"
     "syscalls:sys_enter_openat|syscalls:sys_exit_openat|"
     "syscalls:sys_enter_ioctl|syscalls:sys_exit_ioctl"
 )
@@ -581,10 +585,12 @@ def agent():
                      "the distinct ioctl names and results seen.",
                      [target(f"scrape_samples_scraped{sel()}", "{{instance}}")], "short"), 8, 7)
     L.row("Probes")
-    L.add(stat("Required probes not attached", "Required probes (openat and ioctl "
-               "tracepoints) not attached, over the selected agents: without them an agent "
-               "sees no device opens or driver calls. `uvmwatch probes` on the host says why.",
-               f"count(uvmwatch_probe_attached{S_REQUIRED} == 0) or vector(0)",
+    L.add(stat("Required probes not attached", "Required probes of the backend each agent "
+               "chose (the open and ioctl trampolines, or tracepoints) not attached, over the "
+               "selected agents: without them an agent sees no device opens or driver calls. "
+               "`uvmwatch probes` on the host says why.",
+               f"count((uvmwatch_probe_attached{S_REQUIRED} == 0) and on (job, instance, "
+               f"backend) uvmwatch_probe_backend_info{sel()}) or vector(0)",
                thresholds=red_above(1)), 6, 8)
     L.add(stat("libcuda files probed", "Distinct libcuda files (device, inode) with cuInit "
                "probes attached, summed over the selected agents. 0 until a libcuda is "

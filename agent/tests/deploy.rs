@@ -387,9 +387,16 @@ fn measure(caps: Option<&[String]>, filter: Option<&Path>) -> Abilities {
         .filter(|v| v["event"] == "feature_off" && v["level"] == "WARN")
         .filter_map(|v| v["feature"].as_str().map(String::from))
         .collect();
+    // The required probes of the backend the agent chose (the other one's are on standby).
+    let chosen = if metric(&m, "uvmwatch_probe_backend_info", &[("backend", "fentry")]) == Some(1.0)
+    {
+        uvmwatch::kernel::registry::Backend::Fentry
+    } else {
+        uvmwatch::kernel::registry::Backend::Tracepoint
+    };
     a.required_probes = uvmwatch::kernel::registry::REGISTRY
         .iter()
-        .filter(|p| p.required)
+        .filter(|p| p.required && p.backend.is_none_or(|b| b == chosen))
         .all(|p| metric(&m, "uvmwatch_probe_attached", &[("probe", p.label)]) == Some(1.0));
 
     let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();

@@ -99,20 +99,6 @@ const fn is_core(module: Option<&'static str>) -> bool {
     module.is_none()
 }
 
-/// The fentry (or fexit) of a core-kernel function of [`KFUNCS`].
-const fn kfe(
-    label: &'static str,
-    program: &'static str,
-    function: &'static str,
-    ret: bool,
-    purpose: &'static str,
-) -> ProbeSpec {
-    ProbeSpec {
-        required: false,
-        ..fe(label, program, function, ret, purpose)
-    }
-}
-
 /// [`KFUNCS`], from the rows of [`uvmwatch_common::kfuncs!`].
 macro_rules! kfunc_table {
     ($(($id:ident = $n:literal, $sym:literal, $module:expr, $ret:ident, $scope:ident,
@@ -132,8 +118,8 @@ macro_rules! kfunc_table {
                 ],
                 trampolines: if is_core($module) {
                     Some([
-                        kfe(concat!("fentry:", $sym), stringify!($fentry), $sym, false, $purpose),
-                        kfe(concat!("fexit:", $sym), stringify!($fexit), $sym, true, $purpose),
+                        fe(concat!("fentry:", $sym), stringify!($fentry), $sym, false, false, $purpose),
+                        fe(concat!("fexit:", $sym), stringify!($fexit), $sym, true, false, $purpose),
                     ])
                 } else {
                     None
@@ -288,18 +274,20 @@ const fn tp(
     }
 }
 
+/// A fentry (or fexit when `ret`) probe of the fentry backend.
 const fn fe(
     label: &'static str,
     program: &'static str,
     function: &'static str,
     ret: bool,
+    required: bool,
     purpose: &'static str,
 ) -> ProbeSpec {
     ProbeSpec {
         label,
         program,
         attach: Attach::Fentry { function, ret },
-        required: true,
+        required,
         purpose,
         backend: Some(Backend::Fentry),
     }
@@ -312,12 +300,14 @@ pub const REGISTRY: &[ProbeSpec] = &[
         "ioctl_fentry",
         IOCTL_FUNCTION,
         false,
+        true,
         "driver calls in flight (fentry backend: only ioctl(2) callers pay)",
     ),
     fe(
         "fexit:__x64_sys_ioctl",
         "ioctl_fexit",
         IOCTL_FUNCTION,
+        true,
         true,
         "driver call latency, errno and rmStatus (fentry backend)",
     ),
@@ -326,6 +316,7 @@ pub const REGISTRY: &[ProbeSpec] = &[
         "chrdev_fentry",
         "chrdev_open",
         false,
+        true,
         "start of NVIDIA character device opens (fentry backend: only character device opens run it)",
     ),
     fe(
@@ -333,12 +324,14 @@ pub const REGISTRY: &[ProbeSpec] = &[
         "chrdev_fexit",
         "chrdev_open",
         true,
+        true,
         "NVIDIA character device opens the driver refused (EIO, ENXIO, ...), by device number (fentry backend)",
     ),
     fe(
         "fexit:do_filp_open",
         "open_fexit",
         "do_filp_open",
+        true,
         true,
         "device open results and libcuda loads: the new file identified, the kernel's copy of the path read only on failure (fentry backend)",
     ),

@@ -444,6 +444,14 @@ pub const RECORDS: &[Record] = &[
             f("libcuda_targets", "libcuda files with cuInit probes"),
             f("cuinit_stall_seconds", "--cuinit-stall"),
             f("ioctl_stall_seconds", "--ioctl-stall"),
+            f(
+                "backend",
+                "how opens and ioctls are hooked: fentry or tracepoint (docs/probes.md#backends)",
+            ),
+            f(
+                "backend_reason",
+                "why: the kernel allows trampolines, the kernel's refusal of fentry, or the flag",
+            ),
         ],
     },
     Record {
