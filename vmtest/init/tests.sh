@@ -174,8 +174,8 @@ test_agent_backend() {
 test_overhead() {
 	command -v uvmwatch-overhead >/dev/null || { skip "no benchmark in this image (--no-bench)"; return; }
 	agent_stop >/dev/null 2>&1
-	UVMWATCH_BENCH_AGENT=/usr/bin/uvmwatch-release UVMWATCH_BENCH_ROUNDS=${VMTEST_BENCH_ROUNDS:-3} \
-		UVMWATCH_BENCH_ITERS=${VMTEST_BENCH_ITERS:-40000} \
+	UVMWATCH_BENCH_AGENT=/usr/bin/uvmwatch-release UVMWATCH_BENCH_ROUNDS=${VMTEST_BENCH_ROUNDS:-5} \
+		UVMWATCH_BENCH_ITERS=${VMTEST_BENCH_ITERS:-100000} \
 		uvmwatch-overhead --bench >/tmp/overhead/out 2>/tmp/overhead/err
 	_rc=$?
 	cat /tmp/overhead/out
