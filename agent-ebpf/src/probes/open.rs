@@ -301,11 +301,6 @@ fn filp_opened(pathname: u64, op: u64, ret: u64) -> Option<()> {
     if cfg.fentry.ready == 0 {
         return None;
     }
-    let (tgid, tid) = ids();
-    if tgid == cfg.agent_tgid {
-        return None;
-    }
-    let now = unsafe { bpf_ktime_get_ns() };
     let err = ret as i64;
     let failed = (-4095..0).contains(&err);
     // Only an NVIDIA device's open left a stamp (a failed one is reported by `chrdev_open`'s
@@ -324,6 +319,11 @@ fn filp_opened(pathname: u64, op: u64, ret: u64) -> Option<()> {
             FileId::Other { .. } => false,
         }
     };
+    let (tgid, tid) = ids();
+    if tgid == cfg.agent_tgid {
+        return None;
+    }
+    let now = unsafe { bpf_ktime_get_ns() };
     let stamp = if stamped {
         let s = unsafe { PENDING_OPEN.get(&tid) }.copied();
         if s.is_some() {
