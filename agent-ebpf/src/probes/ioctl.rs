@@ -70,7 +70,10 @@ pub fn ioctl_enter(ctx: TracePointContext) -> u32 {
 /// the registers at the offsets of `Config::fentry`.
 #[fentry(function = "__x64_sys_ioctl")]
 pub fn ioctl_fentry(ctx: FEntryContext) -> u32 {
-    let _ = syscall_args(ctx.arg::<u64>(0)).map(|(fd, cmd, arg)| enter(fd, cmd, arg));
+    // The gate before the registers: an ioctl of a process not looked at reads nothing.
+    if maybe_tracked(ids().0) {
+        let _ = syscall_args(ctx.arg::<u64>(0)).map(|(fd, cmd, arg)| enter(fd, cmd, arg));
+    }
     0
 }
 
