@@ -59,10 +59,11 @@ pub static DEVFILES: LruHashMap<DevFileKey, DevFile> = LruHashMap::with_max_entr
 /// from any of them. One lookup here is all an ioctl of any other process costs.
 #[map]
 pub static PROCS: HashMap<u32, ProcState> = HashMap::with_max_entries(16384, 0);
-/// One byte per pid, 1 while `PROCS` may hold it: the ioctl programs' first test, an array
+/// One entry per pid, 1 while `PROCS` may hold it: the ioctl enter's first test, an array
 /// lookup instead of a hash lookup for every process that is not looked at (a pid past its
-/// end, once `pid_max` grew after the start, goes on to `PROCS`). User space sizes it to
-/// `/proc/sys/kernel/pid_max` at load (this size, `PID_MAX_LIMIT` on 64-bit, is the most).
+/// end goes on to `PROCS`). User space sizes it to `/proc/sys/kernel/pid_max`, at most 2^19
+/// pids (the kernel keeps 8 bytes per element: 4 MiB at most). Opened wherever `PROCS`
+/// gains a process; closed only by the kernel, at the process's exit.
 #[map]
 pub static PROC_GATE: Array<u8> = Array::with_max_entries(uvmwatch_common::PID_MAX_LIMIT, 0);
 
@@ -113,7 +114,10 @@ pub struct PendingOpen {
     pub minor: u8,
     /// 1 when `filename` is the kernel's copy of the path (fentry), 0 the caller's.
     pub kernel_path: u8,
-    pub _pad: u32,
+    /// 1 once `chrdev_open`'s exit reported the open as refused by its driver (fentry):
+    /// `do_filp_open`'s exit, which sees the same failure, then says nothing of it.
+    pub reported: u8,
+    pub _pad: [u8; 3],
 }
 
 // ---------------------------------------------------------------------------------------------

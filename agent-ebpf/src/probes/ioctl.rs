@@ -175,10 +175,7 @@ pub fn ioctl_fexit(ctx: FExitContext) -> u32 {
 #[inline(always)]
 fn exit(ret: i64) -> Option<()> {
     let (tgid, tid) = ids();
-    // Only a process the enter looked at (or one user space seeded) has a call in flight.
-    if !maybe_tracked(tgid) {
-        return None;
-    }
+    // Not gated: a call in flight outlives its process's gate when the leader exits first.
     let call = *unsafe { INFLIGHT_IOCTL.get(&tid) }?;
     let _ = INFLIGHT_IOCTL.remove(&tid);
     let now = unsafe { bpf_ktime_get_ns() };

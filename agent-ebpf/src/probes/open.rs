@@ -42,6 +42,8 @@ use crate::maps::{PendingOpen, DEVFILES, INFLIGHT_CUINIT, OPENS, PENDING_OPEN, S
 /// `O_ACCMODE` and `O_RDONLY` (`include/uapi/asm-generic/fcntl.h`).
 const O_ACCMODE: u64 = 0o3;
 const O_RDONLY: u64 = 0;
+/// `O_PATH` (`include/uapi/asm-generic/fcntl.h`, x86-64 and arm64: `010000000`).
+const O_PATH: u64 = 0o10000000;
 
 /// `syscalls:sys_enter_open`, 6.18 (x86_64 only: arm64 has no `open(2)`; glibc before 2.26,
 /// as in CentOS 7-based CUDA images, calls it for `open()`):
@@ -183,7 +185,8 @@ fn enter(filename: u64, open_flags: u64) -> Option<()> {
         node: node::NONE,
         minor: 0,
         kernel_path: 0,
-        _pad: 0,
+        reported: 0,
+        _pad: [0; 3],
     };
     if PENDING_OPEN.insert(&tid, &p, 0).is_err() {
         bump(counter::PENDING_OPEN_FULL);
@@ -201,6 +204,9 @@ pub fn open_exit(ctx: TracePointContext) -> u32 {
 
 fn try_open_exit(ctx: &TracePointContext) -> Option<()> {
     let (tgid, tid) = ids();
+    if tgid == config()?.agent_tgid {
+        return None;
+    }
     let ret = unsafe { ctx.read_at::<SysExitArgs>(0) }.ok()?.ret;
     let now = unsafe { bpf_ktime_get_ns() };
     // The thread's pending open, taken only for an open to report: any other open leaves it
@@ -249,7 +255,8 @@ fn chrdev_entered(inode: u64) -> Option<()> {
         node: node_kind,
         minor,
         kernel_path: 1,
-        _pad: 0,
+        reported: 0,
+        _pad: [0; 3],
     };
     if PENDING_OPEN.insert(&tid, &p, 0).is_err() {
         bump(counter::PENDING_OPEN_FULL);
@@ -279,8 +286,10 @@ fn chrdev_refused(inode: u64, filp: u64, ret: i32) -> Option<()> {
         return None;
     }
     let (tgid, tid) = ids();
-    let mut p = unsafe { PENDING_OPEN.get(&tid) }.copied()?;
-    let _ = PENDING_OPEN.remove(&tid);
+    let stamp = PENDING_OPEN.get_ptr_mut(&tid)?;
+    let mut p = unsafe { *stamp };
+    // Left for `do_filp_open`'s exit to drop, marked: it sees the same failure.
+    unsafe { (*stamp).reported = 1 };
     p.open_flags = kread::<u32>(filp + cfg.fentry.file_flags as u64).unwrap_or(0) as u64;
     // No path: the record names the node by its number (user space gives its /dev path).
     p.filename = 0;
@@ -307,7 +316,9 @@ fn filp_opened(pathname: u64, op: u64, ret: u64) -> Option<()> {
     // exit): any other character device is done with here, and no other file has a stamp,
     // so the host's opens of other files touch no map.
     let stamped = if failed {
-        false
+        // Only to drop a refusal `chrdev_open`'s exit reported (any other failure is told
+        // by its path, below).
+        true
     } else {
         match file_id(cfg, ret)? {
             FileId::Chr { rdev } => {
@@ -333,6 +344,14 @@ fn filp_opened(pathname: u64, op: u64, ret: u64) -> Option<()> {
     } else {
         None
     };
+    let stamp = match stamp {
+        // Reported already by `chrdev_open`'s exit.
+        Some(s) if failed && s.reported != 0 => return None,
+        // A failure after a successful `chrdev_open` (or a stamp left by an open outside
+        // `do_filp_open`): told by its path like any other failure.
+        Some(_) if failed => None,
+        s => s,
+    };
     // No stamp: not an NVIDIA character device (a double's open time is not measured on
     // this backend).
     let mut p = stamp.unwrap_or(PendingOpen {
@@ -343,7 +362,8 @@ fn filp_opened(pathname: u64, op: u64, ret: u64) -> Option<()> {
         node: node::NONE,
         minor: 0,
         kernel_path: 1,
-        _pad: 0,
+        reported: 0,
+        _pad: [0; 3],
     });
     let args = Some(FilpArgs { pathname, op });
     if failed {
@@ -489,6 +509,12 @@ fn opened_file<F: FnOnce() -> Option<PendingOpen>>(
     if node_kind == node::NONE {
         return None;
     }
+    let mut p = take()?;
+    complete(&mut p, args, tid);
+    // An `O_PATH` open reaches no driver (no `chrdev_open`): not a device open.
+    if p.open_flags & O_PATH != 0 {
+        return None;
+    }
     let key = OpenKey {
         node: node_kind,
         minor,
@@ -497,8 +523,6 @@ fn opened_file<F: FnOnce() -> Option<PendingOpen>>(
     };
     count(&OPENS, &key, counter::OPENS_FULL);
     let _ = ensure_proc(tgid, now);
-    let mut p = take()?;
-    complete(&mut p, args, tid);
     if p.in_cuinit != 0 {
         let ev = record(&p, tgid, tid, fd as i64, now, node_kind, minor)?;
         emit(ev);

@@ -140,18 +140,22 @@ fn status_entries(layout: &Layout) -> Vec<(CmdKey, CmdInfo)> {
 /// Whether this process can load BPF programs (effective uid 0 is the practical test; the
 /// capability the agent needs for its uprobes and tracefs is `CAP_SYS_ADMIN`, measured in
 /// docs/capabilities.md).
-/// The size of the `PROC_GATE` map: one byte per pid up to `/proc/sys/kernel/pid_max`
-/// (`PID_MAX_LIMIT` when it cannot be read; a pid past the end is looked up in `PROCS`, so
-/// a `pid_max` raised later costs only speed).
+/// The size of the `PROC_GATE` map: one entry per pid up to `/proc/sys/kernel/pid_max`, at
+/// most [`PROC_GATE_MAX`] (a pid past the end is looked up in `PROCS`, so a larger or later
+/// raised `pid_max` costs only speed).
 fn proc_gate_size() -> u32 {
     std::fs::read_to_string("/proc/sys/kernel/pid_max")
         .ok()
         .and_then(|s| s.trim().parse::<u32>().ok())
-        .unwrap_or(uvmwatch_common::PID_MAX_LIMIT)
-        .clamp(1, uvmwatch_common::PID_MAX_LIMIT)
+        .unwrap_or(PROC_GATE_MAX)
+        .clamp(1, PROC_GATE_MAX)
 }
 
-/// Opens (1) or closes (0) `pid`'s byte of `PROC_GATE`; a pid past its end needs none.
+/// The most pids `PROC_GATE` covers: the kernel keeps 8 bytes per array element whatever
+/// the value size, so 2^19 pids take 4 MiB; higher pids go to `PROCS` directly.
+const PROC_GATE_MAX: u32 = 1 << 19;
+
+/// Opens (1) or closes (0) `pid`'s entry of `PROC_GATE`; a pid past its end needs none.
 fn set_gate(bpf: &mut Ebpf, pid: u32, open: bool) -> Result<()> {
     let mut gate: Array<&mut MapData, u8> =
         Array::try_from(bpf.map_mut("PROC_GATE").context("map PROC_GATE")?)?;
@@ -1167,9 +1171,9 @@ impl Kernel {
                 gone.push(t);
             }
         }
-        for &t in &gone {
-            set_gate(&mut self.bpf, t, false)?;
-        }
+        // Their gates stay open: closing one here could race a new process given the same
+        // pid opening a node meanwhile (it would be missed); an open gate without a `PROCS`
+        // entry costs only the hash lookup behind it.
         Ok(gone.len())
     }
 
