@@ -81,8 +81,9 @@ pub static INFLIGHT_CUINIT: LruHashMap<u32, InflightCuinit> = LruHashMap::with_m
 /// Tracepoint backend: the last `open`, `openat` or `openat2` of each thread (the path's
 /// address, not the path), put here by the enter and taken by the exit only for an open it
 /// reports (a failed one: its path is read then); any other stays until the thread's next
-/// open overwrites it or the thread exits (an LRU map, so it never fills). Fentry backend: only opens of NVIDIA character devices, from
-/// `chrdev_open`'s entry (their start and node) to `do_filp_open`'s exit.
+/// open overwrites it or the thread exits (an LRU map, so it never fills). Fentry backend:
+/// only opens of NVIDIA character devices, from `chrdev_open`'s entry (their start and
+/// node) to `do_filp_open`'s exit.
 #[map]
 pub static PENDING_OPEN: LruHashMap<u32, PendingOpen> = LruHashMap::with_max_entries(16384, 0);
 /// CUDA context and device calls between entry and return, per (thread, slot): the
@@ -118,6 +119,24 @@ pub struct PendingOpen {
     /// `do_filp_open`'s exit, which sees the same failure, then says nothing of it.
     pub reported: u8,
     pub _pad: [u8; 3],
+}
+
+impl PendingOpen {
+    /// An open of no known node begun at `start_ns`, not (yet) known to be inside `cuInit`.
+    #[inline(always)]
+    pub fn new(filename: u64, open_flags: u64, start_ns: u64, kernel_path: bool) -> PendingOpen {
+        PendingOpen {
+            filename,
+            open_flags,
+            start_ns,
+            in_cuinit: 0,
+            node: uvmwatch_common::node::NONE,
+            minor: 0,
+            kernel_path: kernel_path as u8,
+            reported: 0,
+            _pad: [0; 3],
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -176,18 +176,8 @@ fn enter(filename: u64, open_flags: u64) -> Option<()> {
     if tgid == cfg.agent_tgid {
         return None;
     }
-    let p = PendingOpen {
-        filename,
-        open_flags,
-        start_ns: unsafe { bpf_ktime_get_ns() },
-        // Asked at the exit, of the opens that are reported.
-        in_cuinit: 0,
-        node: node::NONE,
-        minor: 0,
-        kernel_path: 0,
-        reported: 0,
-        _pad: [0; 3],
-    };
+    // Whether it is inside `cuInit` is asked at the exit, of the opens that are reported.
+    let p = PendingOpen::new(filename, open_flags, unsafe { bpf_ktime_get_ns() }, false);
     if PENDING_OPEN.insert(&tid, &p, 0).is_err() {
         bump(counter::PENDING_OPEN_FULL);
     }
@@ -248,15 +238,10 @@ fn chrdev_entered(inode: u64) -> Option<()> {
         return None;
     }
     let p = PendingOpen {
-        filename: 0,
-        open_flags: 0,
-        start_ns: unsafe { bpf_ktime_get_ns() },
         in_cuinit: unsafe { INFLIGHT_CUINIT.get(&tid) }.is_some() as u8,
         node: node_kind,
         minor,
-        kernel_path: 1,
-        reported: 0,
-        _pad: [0; 3],
+        ..PendingOpen::new(0, 0, unsafe { bpf_ktime_get_ns() }, true)
     };
     if PENDING_OPEN.insert(&tid, &p, 0).is_err() {
         bump(counter::PENDING_OPEN_FULL);
@@ -354,17 +339,7 @@ fn filp_opened(pathname: u64, op: u64, ret: u64) -> Option<()> {
     };
     // No stamp: not an NVIDIA character device (a double's open time is not measured on
     // this backend).
-    let mut p = stamp.unwrap_or(PendingOpen {
-        filename: 0,
-        open_flags: 0,
-        start_ns: now,
-        in_cuinit: 0,
-        node: node::NONE,
-        minor: 0,
-        kernel_path: 1,
-        reported: 0,
-        _pad: [0; 3],
-    });
+    let mut p = stamp.unwrap_or(PendingOpen::new(0, 0, now, true));
     let args = Some(FilpArgs { pathname, op });
     if failed {
         complete(&mut p, args, tid);

@@ -155,12 +155,13 @@ fn proc_gate_size() -> u32 {
 /// the value size, so 2^19 pids take 4 MiB; higher pids go to `PROCS` directly.
 const PROC_GATE_MAX: u32 = 1 << 19;
 
-/// Opens (1) or closes (0) `pid`'s entry of `PROC_GATE`; a pid past its end needs none.
-fn set_gate(bpf: &mut Ebpf, pid: u32, open: bool) -> Result<()> {
+/// Opens `pid`'s entry of `PROC_GATE` (only the kernel closes one, at the process's exit);
+/// a pid past its end needs none.
+fn open_gate(bpf: &mut Ebpf, pid: u32) -> Result<()> {
     let mut gate: Array<&mut MapData, u8> =
         Array::try_from(bpf.map_mut("PROC_GATE").context("map PROC_GATE")?)?;
     if pid < gate.len() {
-        gate.set(pid, open as u8, 0)?;
+        gate.set(pid, 1, 0)?;
     }
     Ok(())
 }
@@ -384,14 +385,10 @@ impl Kernel {
     /// each pair falling back to its kprobes alone when refused. The probes of the backend
     /// not used are put on standby, each saying why.
     fn choose_backend(&mut self, choice: BackendChoice) {
-        let kfunc_trampoline = |s: &ProbeSpec| {
-            matches!(s.attach, Attach::Fentry { function, .. }
-                if probes::KFUNCS.iter().any(|k| k.symbol == function))
-        };
         let fentry: Vec<usize> = (0..self.specs.len())
             .filter(|&i| {
                 matches!(self.specs[i].attach, Attach::Fentry { .. })
-                    && !kfunc_trampoline(&self.specs[i])
+                    && !probes::is_kfunc_trampoline(&self.specs[i])
             })
             .collect();
         // The kernel's BTF as aya reads it (several MiB while held): parsed once, for every
@@ -407,6 +404,7 @@ impl Kernel {
             (_, Some(Err(e))) => Err(e.clone()),
             (_, Some(Ok(b))) => self.attach_fentry(&fentry, b),
         };
+        let attached = attempt.is_ok();
         let (backend, cause, why, standby) = match (attempt, choice) {
             (Ok(()), _) => (
                 Backend::Fentry,
@@ -445,10 +443,8 @@ impl Kernel {
                 self.states[i] = ProbeState::Standby(standby.clone());
             }
         }
-        if let (Backend::Fentry, Some(Ok(b))) = (backend, &kernel_btf) {
-            if self.backend_attached(&fentry) {
-                self.attach_kfunc_trampolines(b);
-            }
+        if let (true, Some(Ok(b))) = (attached, &kernel_btf) {
+            self.attach_kfunc_trampolines(b);
         }
         drop(kernel_btf);
         tracing::debug!(backend = backend.name(), why = %why, "syscall hooks");
@@ -470,13 +466,6 @@ impl Kernel {
             ));
         }
         AyaBtf::from_sys_fs().map_err(|e| format!("reading {}: {e}", btf::VMLINUX_BTF))
-    }
-
-    /// Whether every probe of `which` is attached.
-    fn backend_attached(&self, which: &[usize]) -> bool {
-        which
-            .iter()
-            .all(|&i| matches!(self.states[i], ProbeState::Attached(_)))
     }
 
     /// The fentry/fexit pair of each core-kernel function of `KFUNCS`, in place of its kprobe
@@ -1058,7 +1047,7 @@ impl Kernel {
     /// The map update fails.
     pub fn seed_inflight_ioctl(&mut self, tid: u32, e: InflightIoctl) -> Result<()> {
         // Its exit is looked for only behind an open gate.
-        set_gate(&mut self.bpf, e.tgid, true)?;
+        open_gate(&mut self.bpf, e.tgid)?;
         let mut m: HashMap<&mut MapData, u32, InflightIoctl> =
             HashMap::try_from(self.bpf.map_mut("INFLIGHT_IOCTL").context("map")?)?;
         m.insert(tid, e, 0)?;
@@ -1124,7 +1113,7 @@ impl Kernel {
     /// Puts a process found holding an NVIDIA fd at start (from `/proc/<pid>/fd`) in
     /// `PROCS`, so its ioctls are looked at (their files identify them).
     pub fn seed_proc(&mut self, tgid: u32) -> Result<()> {
-        set_gate(&mut self.bpf, tgid, true)?;
+        open_gate(&mut self.bpf, tgid)?;
         let mut procs: HashMap<&mut MapData, u32, ProcState> =
             HashMap::try_from(self.bpf.map_mut("PROCS").context("map")?)?;
         if procs.get(&tgid, 0).is_err() {

@@ -131,6 +131,13 @@ macro_rules! kfunc_table {
 
 uvmwatch_common::kfuncs!(kfunc_table);
 
+/// Whether `spec` is the fentry or fexit of a function of [`KFUNCS`] (not one of the
+/// syscall trampolines).
+pub fn is_kfunc_trampoline(spec: &ProbeSpec) -> bool {
+    matches!(spec.attach, Attach::Fentry { function, .. }
+        if KFUNCS.iter().any(|k| k.symbol == function))
+}
+
 /// Name of a probed function by id (`unknown` when out of range).
 pub fn kfunc_name(id: u32) -> &'static str {
     KFUNCS

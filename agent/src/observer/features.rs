@@ -48,9 +48,7 @@ pub fn assess(
     };
     let uprobes = |s: &ProbeSpec| matches!(s.attach, Attach::Uprobe { .. });
     let kfunc_trampoline_attached = probes.iter().any(|(s, st)| {
-        matches!(s.attach, Attach::Fentry { function, .. }
-            if crate::kernel::registry::KFUNCS.iter().any(|k| k.symbol == function))
-            && matches!(st, ProbeState::Attached(_))
+        crate::kernel::registry::is_kfunc_trampoline(s) && matches!(st, ProbeState::Attached(_))
     });
     let required_off = probes
         .iter()
