@@ -25,7 +25,7 @@ pub struct RunArgs {
     /// Print the effective configuration, with where each value came from, and exit.
     #[arg(long)]
     pub print_config: bool,
-    /// Address for /metrics and /healthz.
+    /// Address for /metrics, /healthz and /readyz.
     #[arg(long, default_value = DEFAULT_LISTEN, env = "UVMWATCH_LISTEN")]
     pub listen: SocketAddr,
     /// A cuInit still running after this long is reported as stalled (e.g. 20s, 1m).
