@@ -187,6 +187,7 @@ pub fn ensure_proc(tgid: u32, now: u64) -> Option<ProcState> {
         since_ns: now,
         parent_tgid: 0,
         execed: 0,
+        unprobed_load_ns: 0,
     };
     if !track(tgid, &p) {
         bump(counter::PROCS_FULL);

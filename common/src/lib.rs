@@ -219,6 +219,10 @@ pub struct ProcState {
     pub parent_tgid: u32,
     /// 1 once the process exec'ed (it is no longer a copy of its parent).
     pub execed: u32,
+    /// When the process loaded a libcuda whose `cuInit` probes were not attached yet (ns;
+    /// 0: none since). Its first driver call then starts a [`InflightCuinit::late`] call,
+    /// and clears it; a probed libcuda call clears it too.
+    pub unprobed_load_ns: u64,
 }
 
 /// Key of the `CMDS` map: which ioctl commands have a known `rmStatus` location.
@@ -283,6 +287,11 @@ pub struct InflightCuinit {
     pub tgid: u32,
     /// The `Flags` argument of `cuInit` (must be 0 per the CUDA driver API).
     pub flags: u32,
+    /// 1 for a call whose entry no probe saw: its libcuda was loaded before its probes were
+    /// attached, and the call was found at its first driver call (`start_ns` is that
+    /// call's start; see [`CUINIT_LATE`]).
+    pub late: u32,
+    pub _pad: u32,
 }
 
 /// Number of log2 buckets in [`LatencyHist`]: bucket `i` counts calls with
@@ -647,6 +656,10 @@ pub const OPEN_FD_UNKNOWN: u32 = 8;
 /// [`OpenEvent::flags`] bit: no start of the open was seen (the fentry backend times only
 /// NVIDIA character devices' opens; `start_ns` is then the exit time).
 pub const OPEN_NO_START: u32 = 16;
+/// [`OpenEvent::flags`] bit (with [`OPEN_LIBCUDA`]): the library's `cuInit` probes were not
+/// attached when it was opened (`LIBCUDA_PROBED` had no entry for its file), so a `cuInit`
+/// the process starts before they are is found from its driver calls.
+pub const OPEN_LIBCUDA_UNPROBED: u32 = 32;
 
 /// An `openat` of an NVIDIA node or of `libcuda.so*` ended (kind [`EVENT_OPEN`]).
 #[repr(C)]
@@ -704,8 +717,28 @@ pub struct CuinitEvent {
     /// The parent this process was forked from when it has not exec'ed since (its fds and
     /// memory are the parent's); 0 otherwise. Used to recognise fork-after-init.
     pub forked_from: u32,
-    pub _pad: u32,
+    /// A call no probe saw enter ([`InflightCuinit::late`]): on the entry record
+    /// [`CUINIT_LATE`] (found at its first driver call, `start_ns`); on the exit record how
+    /// it ended, one of the `LATE_END_*` values (`ret` is meaningful only for
+    /// [`LATE_END_RETURN`]). 0 for a call whose entry was seen.
+    pub late: u32,
 }
+
+/// [`CuinitEvent::late`] of an entry record: a `cuInit` found at its first driver call
+/// (a device open or ioctl), its library loaded before the probes were attached.
+pub const CUINIT_LATE: u32 = 1;
+/// [`CuinitEvent::late`] of an exit record: the uretprobe saw the late call return (`ret` is
+/// its `CUresult`).
+pub const LATE_END_RETURN: u32 = 1;
+/// [`CuinitEvent::late`] of an exit record: the thread entered `cuInit` again (probed now),
+/// so the late call had returned.
+pub const LATE_END_NEXT_CUINIT: u32 = 2;
+/// [`CuinitEvent::late`] of an exit record: the thread entered a probed context or device
+/// call (`cuDeviceGetCount`, `cuCtxCreate*`, `cuDevicePrimaryCtxRetain`): the late call had
+/// returned.
+pub const LATE_END_NEXT_CALL: u32 = 3;
+/// [`CuinitEvent::late`] of an exit record: the process exec'ed.
+pub const LATE_END_EXEC: u32 = 4;
 
 /// Task lifecycle record (kinds [`EVENT_DIED_IN_CALL`], [`EVENT_FORK`], [`EVENT_EXEC`],
 /// [`EVENT_PROC_EXIT`]).
@@ -731,6 +764,9 @@ pub struct TaskEvent {
 pub const DIED_IN_CUINIT: u32 = 1;
 /// [`TaskEvent::what`] bit: an ioctl was in flight.
 pub const DIED_IN_IOCTL: u32 = 2;
+/// [`TaskEvent::what`] bit (with [`DIED_IN_CUINIT`]): the `cuInit` in flight was a late
+/// one ([`InflightCuinit::late`]): its thread may well have returned from it long before.
+pub const DIED_IN_LATE_CUINIT: u32 = 4;
 
 /// [`KfuncEvent`]: a kernel or driver function probed with a kprobe failed (or, for the
 /// HMM set-up allocators, failed inside a UVM ioctl).

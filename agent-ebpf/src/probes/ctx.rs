@@ -19,9 +19,10 @@ use aya_ebpf::{
 };
 use uvmwatch_common::{
     counter, ctxcall, hist_bucket, CtxEvent, CtxKey, CtxResultKey, InflightCtx, CTX_COUNT_READ,
-    CTX_ENTRY_SEEN, EVENT_CTX,
+    CTX_ENTRY_SEEN, EVENT_CTX, LATE_END_NEXT_CALL,
 };
 
+use super::cuinit::{end_late, probed_call};
 use crate::helpers::{add_sample, bump, config, count, emit, header, ids};
 use crate::maps::{CTX_HIST, CTX_RESULTS, DEVCOUNT_SENT, INFLIGHT_CTX};
 
@@ -33,12 +34,15 @@ const STALE_NS: u64 = 60_000_000_000;
 #[inline(always)]
 fn enter(ctx: &ProbeContext, call: u32) -> Option<()> {
     config()?;
-    let (_, tid) = ids();
+    let (tgid, tid) = ids();
     let key = CtxKey {
         tid,
         slot: ctxcall::slot(call),
     };
     let now = unsafe { bpf_ktime_get_ns() };
+    // The thread is past a late cuInit it had, and the library is probed now.
+    end_late(tgid, tid, now, LATE_END_NEXT_CALL);
+    probed_call(tgid);
     if let Some(e) = unsafe { INFLIGHT_CTX.get(&key) } {
         // An entry this old is one whose return was never seen (its thread died, or a
         // new thread has the tid): replaced. A younger one is the call this one is in.

@@ -19,6 +19,7 @@ use uvmwatch_common::{
     EVENT_IOCTL, IOCTL_FAILED, IOCTL_IN_CUINIT, IOCTL_SLOW, NV_IOCTL_MAGIC, UNKNOWN_CMD,
 };
 
+use super::cuinit::in_cuinit;
 use super::{SysExitArgs, SyscallHead};
 use crate::helpers::{
     add_sample, bump, config, count, emit, failed, failure_allowed, header, ids, kread,
@@ -113,9 +114,15 @@ fn enter(fd: u64, cmd: u64, arg: u64) -> Option<()> {
     if node == node::NONE {
         return None;
     }
-    let in_cuinit = unsafe { INFLIGHT_CUINIT.get(&tid) }.is_some();
+    let start_ns = unsafe { bpf_ktime_get_ns() };
+    // A call on a negative fd never starts a late cuInit (it reached no driver).
+    let in_cuinit = if node == node::INVALID_FD {
+        unsafe { INFLIGHT_CUINIT.get(&tid) }.is_some()
+    } else {
+        in_cuinit(tgid, tid, start_ns)
+    };
     let e = InflightIoctl {
-        start_ns: unsafe { bpf_ktime_get_ns() },
+        start_ns,
         arg,
         tgid,
         fd,

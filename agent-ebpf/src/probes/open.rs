@@ -29,15 +29,20 @@ use aya_ebpf::{
 };
 use uvmwatch_common::{
     classify_dev_path, classify_rdev, counter, node, DevFile, OpenEvent, OpenKey, EVENT_OPEN,
-    OPEN_FD_UNKNOWN, OPEN_IN_CUINIT, OPEN_LIBCUDA, OPEN_NO_START, OPEN_PATH_TRUNCATED, PATH_LEN,
+    OPEN_FD_UNKNOWN, OPEN_IN_CUINIT, OPEN_LIBCUDA, OPEN_LIBCUDA_UNPROBED, OPEN_NO_START,
+    OPEN_PATH_TRUNCATED, PATH_LEN,
 };
 
+use super::cuinit::in_cuinit;
 use super::{SysExitArgs, SyscallHead};
 use crate::helpers::{
     bump, config, count, emit, ensure_proc, failure_allowed, file_id, file_name_kind, file_of_fd,
     header, ids, kread, FileId, Named,
 };
-use crate::maps::{PendingOpen, DEVFILES, INFLIGHT_CUINIT, OPENS, PENDING_OPEN, SCRATCH_OPEN};
+use crate::maps::{
+    PendingOpen, DEVFILES, INFLIGHT_CUINIT, LIBCUDA_PROBED, OPENS, PENDING_OPEN, PROCS,
+    SCRATCH_OPEN,
+};
 
 /// `O_ACCMODE` and `O_RDONLY` (`include/uapi/asm-generic/fcntl.h`).
 const O_ACCMODE: u64 = 0o3;
@@ -237,11 +242,12 @@ fn chrdev_entered(inode: u64) -> Option<()> {
     if tgid == cfg.agent_tgid {
         return None;
     }
+    let now = unsafe { bpf_ktime_get_ns() };
     let p = PendingOpen {
-        in_cuinit: unsafe { INFLIGHT_CUINIT.get(&tid) }.is_some() as u8,
+        in_cuinit: in_cuinit(tgid, tid, now) as u8,
         node: node_kind,
         minor,
-        ..PendingOpen::new(0, 0, unsafe { bpf_ktime_get_ns() }, true)
+        ..PendingOpen::new(0, 0, now, true)
     };
     if PENDING_OPEN.insert(&tid, &p, 0).is_err() {
         bump(counter::PENDING_OPEN_FULL);
@@ -472,8 +478,19 @@ fn opened_file<F: FnOnce() -> Option<PendingOpen>>(
                     return None;
                 }
                 let _ = ensure_proc(tgid, now);
+                // Not probed yet: a cuInit the process makes before it is will be found
+                // from its first driver call.
+                let unprobed = unsafe { LIBCUDA_PROBED.get(&key) }.is_none();
+                if unprobed {
+                    if let Some(st) = PROCS.get_ptr_mut(&tgid) {
+                        unsafe { (*st).unprobed_load_ns = now };
+                    }
+                }
                 let ev = record(p, tgid, tid, fd as i64, now, node::NONE, 0)?;
                 ev.flags |= OPEN_LIBCUDA;
+                if unprobed {
+                    ev.flags |= OPEN_LIBCUDA_UNPROBED;
+                }
                 // The path user space attaches through (in the caller's mount namespace).
                 read_path(ev, p);
                 emit(ev);
@@ -498,6 +515,9 @@ fn opened_file<F: FnOnce() -> Option<PendingOpen>>(
     };
     count(&OPENS, &key, counter::OPENS_FULL);
     let _ = ensure_proc(tgid, now);
+    if p.in_cuinit == 0 && in_cuinit(tgid, tid, p.start_ns) {
+        p.in_cuinit = 1;
+    }
     if p.in_cuinit != 0 {
         let ev = record(&p, tgid, tid, fd as i64, now, node_kind, minor)?;
         emit(ev);
@@ -538,9 +558,15 @@ fn open_failed(p: &PendingOpen, tgid: u32, tid: u32, ret: i64, now: u64) -> Opti
         errno: (-ret) as u32,
     };
     count(&OPENS, &key, counter::OPENS_FULL);
+    // The first driver call of a process whose libcuda is not probed yet may start a late
+    // cuInit, a failed open as well as any.
+    let inside = p.in_cuinit != 0 || in_cuinit(tgid, tid, p.start_ns);
+    if inside {
+        ev.flags |= OPEN_IN_CUINIT;
+    }
     // A failed open outside cuInit is subject to the process's failure-record budget (the
     // `OPENS` counter above counted it already).
-    if p.in_cuinit == 0 && !failure_allowed(tgid, now) {
+    if !inside && !failure_allowed(tgid, now) {
         return Some(());
     }
     emit(ev);

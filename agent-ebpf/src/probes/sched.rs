@@ -9,10 +9,11 @@
 
 use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::tracepoint, programs::TracePointContext};
 use uvmwatch_common::{
-    ProcState, TaskEvent, DIED_IN_CUINIT, DIED_IN_IOCTL, EVENT_DIED_IN_CALL, EVENT_EXEC,
-    EVENT_FORK, EVENT_PROC_EXIT,
+    ProcState, TaskEvent, DIED_IN_CUINIT, DIED_IN_IOCTL, DIED_IN_LATE_CUINIT, EVENT_DIED_IN_CALL,
+    EVENT_EXEC, EVENT_FORK, EVENT_PROC_EXIT, LATE_END_EXEC,
 };
 
+use super::cuinit::end_late;
 use super::TraceEntry;
 use crate::helpers::{config, emit, header, ids, maybe_tracked, track, untrack};
 use crate::maps::{DEVCOUNT_SENT, INFLIGHT_CUINIT, INFLIGHT_IOCTL, PENDING_OPEN, PROCS};
@@ -133,6 +134,7 @@ fn try_fork(ctx: &TracePointContext) -> Option<()> {
         since_ns: now,
         parent_tgid: tgid,
         execed: 0,
+        unprobed_load_ns: 0,
     };
     let _ = track(child as u32, &st);
     let ev = TaskEvent {
@@ -153,6 +155,9 @@ pub fn sched_exec(_ctx: TracePointContext) -> u32 {
     if let Some(p) = PROCS.get_ptr_mut(&tgid) {
         let now = unsafe { bpf_ktime_get_ns() };
         unsafe { (*p).execed = 1 };
+        // The libcuda of the old image is gone, and so is a late cuInit of it.
+        unsafe { (*p).unprobed_load_ns = 0 };
+        end_late(tgid, tid, now, LATE_END_EXEC);
         // A new image asks for its device count afresh.
         let _ = DEVCOUNT_SENT.remove(&tgid);
         let ev = TaskEvent {
@@ -187,6 +192,9 @@ fn try_exit(ctx: &TracePointContext) -> Option<()> {
         };
         if let Some(c) = cu {
             ev.what |= DIED_IN_CUINIT;
+            if c.late != 0 {
+                ev.what |= DIED_IN_LATE_CUINIT;
+            }
             ev.start_ns = c.start_ns;
             let _ = INFLIGHT_CUINIT.remove(&tid);
         }

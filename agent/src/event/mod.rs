@@ -67,11 +67,15 @@ impl Event {
 /// What an [`Event`] is.
 #[derive(Clone, Debug)]
 pub enum Kind {
-    /// `cuInit` entered.
+    /// `cuInit` entered: seen by its uprobe, or (`late`) found at its first driver call
+    /// because its libcuda was loaded before the probes were attached (`start_ns` is then
+    /// that call's start, `flags` 0).
     CuinitStart {
         start_ns: u64,
         /// The `Flags` argument.
         flags: u32,
+        /// Found from its driver calls, its entry not seen.
+        late: bool,
     },
     /// `cuInit` returned.
     CuinitEnd(CuinitEnd),
@@ -168,9 +172,9 @@ pub struct CallSummary {
     pub driver_calls: u32,
     /// NVIDIA device opens made inside it.
     pub device_opens: u32,
-    /// The last failed driver call or open inside it: (what, result), e.g.
-    /// (`UVM_REGISTER_GPU on /dev/nvidia-uvm`, `NV_ERR_NO_MEMORY`).
-    pub last_failure: Option<(String, String)>,
+    /// The last failed driver call or open inside it (calls on a negative fd left out:
+    /// they follow a failed open and reach no driver).
+    pub last_failure: Option<FailedStep>,
     /// The last failed driver call inside it.
     pub failed_call: Option<SeenCall>,
     /// Failed opens inside it: (path, errno name).
@@ -185,20 +189,85 @@ pub struct CallSummary {
     pub stalled: bool,
 }
 
+/// How much of a `cuInit` call the probes saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// Its entry and its return (with the `CUresult`).
+    Whole,
+    /// Its return, not its entry: its start is its first driver call's, or its return's
+    /// when none was seen.
+    Return,
+    /// Neither: only its driver calls (its libcuda was loaded and the call made before the
+    /// probes were attached). Its result is inferred from them where they tell it.
+    DriverCalls,
+}
+
+impl Seen {
+    /// The name records and metric labels use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Seen::Whole => "whole",
+            Seen::Return => "return",
+            Seen::DriverCalls => "driver_calls",
+        }
+    }
+}
+
+/// A `cuInit` found at its first driver call (a late one, [`Kind::CuinitStart`] with
+/// `late`): how its end was known and, when its return was not seen, where its result
+/// comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LateCall {
+    /// `returned` (the uretprobe saw it), `next_cuinit` or `next_call` (the thread entered
+    /// `cuInit` or a probed context call), `exec`, `thread_exited`, `process_exited`, or
+    /// `quiet` (no driver call for a while).
+    pub ended: &'static str,
+    /// What the result was inferred from (empty when the return was seen, or when the result
+    /// is unknown).
+    pub result_basis: String,
+}
+
+/// A driver call or device open that failed inside a `cuInit`: what the `cuinit_end`
+/// record, the failure metric, the span and the diagnosis name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FailedStep {
+    /// For people: `UVM_REGISTER_GPU on /dev/nvidia-uvm`, `open /dev/nvidia-uvm`.
+    pub what: String,
+    /// The metric-label form of the call: the ioctl's label (`UVM_REGISTER_GPU`,
+    /// `unknown`), or `open`.
+    pub call: String,
+    /// The node's label (`nvidia-uvm`, `nvidiactl`, `nvidia0`).
+    pub node: String,
+    /// Its result: an `NV_ERR_*` name or an errno name.
+    pub result: String,
+}
+
 /// `cuInit` returned.
 #[derive(Clone, Debug)]
 pub struct CuinitEnd {
-    /// Entry time (the return time when the entry was not seen).
+    /// Entry time (a late call's first driver call; the return time when neither was seen).
     pub start_ns: u64,
-    /// The `CUresult` and its name (`cuda.h`).
+    /// The `CUresult` and its name (`cuda.h`); for a call whose return was not seen, the one
+    /// inferred from its driver calls, or `-1` and `unknown`.
     pub code: i64,
     pub result: String,
-    /// Whether the entry was seen (otherwise the call started before the probe).
-    pub entry_seen: bool,
+    /// How much of the call the probes saw.
+    pub seen: Seen,
+    /// Set for a call found at its first driver call (its start was reported then); boxed,
+    /// as most calls have none.
+    pub late: Option<Box<LateCall>>,
     /// What the call did.
     pub call: CallSummary,
     /// The diagnosis of a failure (empty for success).
     pub findings: Vec<Arc<Finding>>,
+}
+
+impl CuinitEnd {
+    /// Whether its start was reported ([`Kind::CuinitStart`]): its entry was seen, or it was
+    /// found at its first driver call. A call whose return alone was seen had none.
+    pub fn start_reported(&self) -> bool {
+        self.seen == Seen::Whole || self.late.is_some()
+    }
 }
 
 /// A driver ioctl.
@@ -584,7 +653,16 @@ pub(crate) mod testing {
     }
 
     pub fn cuinit_start(p: &Arc<Process>, tid: u32, start_ns: u64) -> Event {
-        at(p, tid, start_ns, Kind::CuinitStart { start_ns, flags: 0 })
+        at(
+            p,
+            tid,
+            start_ns,
+            Kind::CuinitStart {
+                start_ns,
+                flags: 0,
+                late: false,
+            },
+        )
     }
 
     pub fn cuinit_end(
@@ -603,7 +681,8 @@ pub(crate) mod testing {
                 start_ns,
                 code,
                 result: result.into(),
-                entry_seen: true,
+                seen: Seen::Whole,
+                late: None,
                 call: CallSummary::default(),
                 findings: Vec::new(),
             }),

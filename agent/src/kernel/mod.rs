@@ -895,7 +895,31 @@ impl Kernel {
             }
         }
         self.targets.insert((dev, ino), t);
+        // From now on a process that opens this file needs no late cuInit to be seen.
+        if let Err(e) = self.mark_probed(dev, ino, true) {
+            tracing::warn!(library = %path.display(), error = %format!("{e:#}"), "LIBCUDA_PROBED not updated");
+        }
         self.refresh_uprobe_states();
+        Ok(())
+    }
+
+    /// Adds (or removes) a libcuda file, by `stat`'s device and inode, to `LIBCUDA_PROBED`.
+    fn mark_probed(&mut self, dev: u64, ino: u64, probed: bool) -> Result<()> {
+        let mut m: HashMap<&mut MapData, DevFileKey, u8> = HashMap::try_from(
+            self.bpf
+                .map_mut("LIBCUDA_PROBED")
+                .context("map LIBCUDA_PROBED")?,
+        )?;
+        let key = DevFileKey {
+            dev: kdev_from(libc::major(dev), libc::minor(dev)),
+            _pad: 0,
+            ino,
+        };
+        if probed {
+            m.insert(key, 1, 0)?;
+        } else {
+            let _ = m.remove(&key);
+        }
         Ok(())
     }
 
@@ -966,6 +990,7 @@ impl Kernel {
         let Some(t) = self.targets.remove(&(dev, ino)) else {
             return Ok(());
         };
+        self.mark_probed(dev, ino, false)?;
         self.detach_links(t.links);
         self.refresh_uprobe_states();
         Ok(())
@@ -1055,6 +1080,21 @@ impl Kernel {
     }
 
     /// Removes in-flight entries of a thread that no longer exists.
+    /// Takes the thread's late `cuInit` out of `INFLIGHT_CUINIT` (user space found it
+    /// quiet); `false` when the thread has none.
+    pub fn end_late_cuinit(&mut self, tid: u32) -> bool {
+        let Some(m) = self.bpf.map_mut("INFLIGHT_CUINIT") else {
+            return false;
+        };
+        let Ok(mut h) = HashMap::<_, u32, InflightCuinit>::try_from(m) else {
+            return false;
+        };
+        match h.get(&tid, 0) {
+            Ok(c) if c.late != 0 => h.remove(&tid).is_ok(),
+            _ => false,
+        }
+    }
+
     pub fn forget_thread(&mut self, tid: u32) {
         for name in ["INFLIGHT_CUINIT", "INFLIGHT_IOCTL"] {
             if let Some(m) = self.bpf.map_mut(name) {

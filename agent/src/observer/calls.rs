@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::{
     doctor::{facts::SeenCall, rules::is_gpu_node},
-    event::{CallSummary, Ioctl, Open},
+    event::{CallSummary, FailedStep, Ioctl, Open},
 };
 
 /// Kernel-side signals kept per call at most.
@@ -20,29 +20,74 @@ struct Call {
     tgid: u32,
     /// Parent this process was forked from without exec (0: none).
     forked_from: u32,
+    /// Found at its first driver call, its entry not seen (a late call).
+    late: bool,
+    /// Its start (ns): its entry, or a late call's first driver call.
+    start_ns: u64,
+    /// When it started, or its last driver call or open ended (ns): a late call with no
+    /// call in flight that has been quiet for a while is over.
+    last_activity_ns: u64,
     summary: CallSummary,
 }
 
-/// The calls in progress, the initialised processes, and the device count each process
-/// was last told.
+/// The calls in progress, the initialised processes, the device count each process was
+/// last told, and the version of the libcuda each process loaded while it was not probed.
 #[derive(Debug, Default)]
 pub struct Calls {
     by_thread: HashMap<u32, Call>,
     initialized: HashSet<u32>,
     device_counts: HashMap<u32, i32>,
+    libcuda_versions: HashMap<u32, String>,
 }
 
 impl Calls {
-    /// A `cuInit` started on `tid`.
-    pub fn start(&mut self, tgid: u32, tid: u32, forked_from: u32) {
+    /// A `cuInit` started on `tid` at `start_ns`; `late`: found at its first driver call.
+    pub fn start(&mut self, tgid: u32, tid: u32, forked_from: u32, late: bool, start_ns: u64) {
         self.by_thread.insert(
             tid,
             Call {
                 tgid,
                 forked_from,
+                late,
+                start_ns,
+                last_activity_ns: start_ns,
                 ..Call::default()
             },
         );
+    }
+
+    /// The late calls (found at their first driver call) of threads not in `busy` whose
+    /// last driver call ended before `quiet_since_ns`, as (tgid, tid, last activity ns).
+    pub fn quiet_late(&self, quiet_since_ns: u64, busy: &HashSet<u32>) -> Vec<(u32, u32, u64)> {
+        let mut out: Vec<(u32, u32, u64)> = self
+            .by_thread
+            .iter()
+            .filter(|(tid, c)| c.late && c.last_activity_ns < quiet_since_ns && !busy.contains(tid))
+            .map(|(tid, c)| (c.tgid, *tid, c.last_activity_ns))
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// When the thread's `cuInit` in progress started.
+    pub fn start_of(&self, tid: u32) -> Option<u64> {
+        self.by_thread.get(&tid).map(|c| c.start_ns)
+    }
+
+    /// `tgid`'s `cuInit` is known to have succeeded though its return was not seen.
+    pub fn set_initialized(&mut self, tgid: u32) {
+        self.initialized.insert(tgid);
+    }
+
+    /// The version in the name of the libcuda file `tgid` loaded before it was probed
+    /// (`libcuda.so.535.261.03`), for a late call's result.
+    pub fn loaded_libcuda(&mut self, tgid: u32, version: String) {
+        self.libcuda_versions.insert(tgid, version);
+    }
+
+    /// See [`Calls::loaded_libcuda`].
+    pub fn libcuda_version(&self, tgid: u32) -> Option<&str> {
+        self.libcuda_versions.get(&tgid).map(String::as_str)
     }
 
     /// The thread's `cuInit` ended (returned, or its thread died): its summary, when its
@@ -91,13 +136,18 @@ impl Calls {
         parent != 0 && self.initialized.contains(&parent)
     }
 
-    /// A driver call inside the thread's `cuInit`.
-    pub fn ioctl(&mut self, tid: u32, io: &Ioctl, seconds: f64) {
+    /// A driver call inside the thread's `cuInit`, which ended at `end_ns`.
+    pub fn ioctl(&mut self, tid: u32, io: &Ioctl, seconds: f64, end_ns: u64) {
         if let Some(c) = self.by_thread.get_mut(&tid) {
             c.summary.driver_calls += 1;
+            c.last_activity_ns = c.last_activity_ns.max(end_ns);
             if io.failed {
-                c.summary.last_failure =
-                    Some((format!("{} on {}", io.name, io.node), io.result.clone()));
+                c.summary.last_failure = Some(FailedStep {
+                    what: format!("{} on {}", io.name, io.node),
+                    call: io.label.to_string(),
+                    node: io.node.trim_start_matches("/dev/").to_string(),
+                    result: io.result.clone(),
+                });
                 c.summary.failed_call = Some(SeenCall {
                     call: io.name.clone(),
                     node: io.node.clone(),
@@ -108,16 +158,24 @@ impl Calls {
         }
     }
 
-    /// A device open inside the thread's `cuInit`, which took `seconds`. The first
-    /// successful open of a GPU node is timed for the diagnosis (slow without persistence).
-    pub fn open(&mut self, tid: u32, o: &Open, seconds: f64) {
+    /// A device open inside the thread's `cuInit`, which ended at `end_ns` and took
+    /// `seconds` (`None`: its start was not seen). The first successful open of a GPU node
+    /// is timed for the diagnosis (slow without persistence); a failed one is the call's
+    /// failure whether it was timed or not.
+    pub fn open(&mut self, tid: u32, o: &Open, seconds: Option<f64>, end_ns: u64) {
         if let Some(c) = self.by_thread.get_mut(&tid) {
             c.summary.device_opens += 1;
+            c.last_activity_ns = c.last_activity_ns.max(end_ns);
             if let Some(errno) = &o.errno {
-                c.summary.last_failure = Some((format!("open {}", o.path), errno.clone()));
+                c.summary.last_failure = Some(FailedStep {
+                    what: format!("open {}", o.path),
+                    call: "open".into(),
+                    node: o.node.clone(),
+                    result: errno.clone(),
+                });
                 c.summary.failed_opens.push((o.path.clone(), errno.clone()));
             } else if c.summary.first_gpu_open_seconds.is_none() && is_gpu_node(&o.path) {
-                c.summary.first_gpu_open_seconds = Some(seconds);
+                c.summary.first_gpu_open_seconds = seconds;
             }
         }
     }
@@ -135,12 +193,30 @@ impl Calls {
     pub fn exec(&mut self, tgid: u32) {
         self.initialized.remove(&tgid);
         self.device_counts.remove(&tgid);
+        self.libcuda_versions.remove(&tgid);
     }
 
-    /// The process exited: its calls in progress are dropped.
-    pub fn exit(&mut self, tgid: u32) {
+    /// The process exited: its calls in progress are dropped; returns its late calls still
+    /// open (tid, start ns, what they did), which end here.
+    pub fn exit(&mut self, tgid: u32) -> Vec<(u32, u64, CallSummary)> {
+        let late: Vec<u32> = self
+            .by_thread
+            .iter()
+            .filter(|(_, c)| c.tgid == tgid && c.late)
+            .map(|(tid, _)| *tid)
+            .collect();
+        let mut out = Vec::new();
+        for tid in late {
+            if let Some(c) = self.by_thread.remove(&tid) {
+                let start = c.start_ns;
+                out.push((tid, start, self.summary_of(c)));
+            }
+        }
+        out.sort_by_key(|(tid, _, _)| *tid);
         self.by_thread.retain(|_, c| c.tgid != tgid);
         self.device_counts.remove(&tgid);
+        self.libcuda_versions.remove(&tgid);
+        out
     }
 }
 
@@ -166,12 +242,13 @@ mod tests {
     #[test]
     fn a_call_sums_up_what_it_did_and_its_last_failure() {
         let mut c = Calls::default();
-        c.start(10, 11, 0);
-        c.ioctl(11, &ioctl("UVM_INITIALIZE", "NV_OK", false), 0.001);
+        c.start(10, 11, 0, false, 0);
+        c.ioctl(11, &ioctl("UVM_INITIALIZE", "NV_OK", false), 0.001, 1);
         c.ioctl(
             11,
             &ioctl("UVM_REGISTER_GPU", "NV_ERR_NO_MEMORY", true),
             0.5,
+            1,
         );
         let open = |path: &str, errno: Option<&str>| Open {
             start_ns: 0,
@@ -186,20 +263,22 @@ mod tests {
         };
         // The first successful open of a GPU node is timed; nvidiactl, a failed open and
         // later opens are not.
-        c.open(11, &open("/dev/nvidiactl", None), 0.001);
-        c.open(11, &open("/dev/nvidia1", Some("EIO")), 0.002);
-        c.open(11, &open("/dev/nvidia0", None), 1.5);
-        c.open(11, &open("/dev/nvidia1", None), 0.004);
+        c.open(11, &open("/dev/nvidiactl", None), Some(0.001), 1);
+        c.open(11, &open("/dev/nvidia1", Some("EIO")), None, 1);
+        c.open(11, &open("/dev/nvidia0", None), Some(1.5), 1);
+        c.open(11, &open("/dev/nvidia1", None), Some(0.004), 1);
         c.kernel_signal(11, "request_free_mem_region = -34 (ERANGE)".into());
-        c.ioctl(99, &ioctl("UVM_FREE", "NV_OK", false), 0.0);
+        c.ioctl(99, &ioctl("UVM_FREE", "NV_OK", false), 0.0, 1);
         let s = c.so_far(11).unwrap();
         assert_eq!(s.driver_calls, 2);
         assert_eq!(s.device_opens, 4);
         assert_eq!(s.first_gpu_open_seconds, Some(1.5));
+        let f = s.last_failure.clone().unwrap();
         assert_eq!(
-            s.last_failure,
-            Some(("open /dev/nvidia1".into(), "EIO".into()))
+            (f.what.as_str(), f.call.as_str()),
+            ("open /dev/nvidia1", "open")
         );
+        assert_eq!((f.node.as_str(), f.result.as_str()), ("nvidia1", "EIO"));
         assert_eq!(
             s.failed_call.as_ref().map(|c| c.call.as_str()),
             Some("UVM_REGISTER_GPU")
@@ -215,11 +294,11 @@ mod tests {
     fn a_child_forked_after_its_parent_initialised_is_flagged_until_the_parent_execs() {
         let mut c = Calls::default();
         c.end(10, 10, true);
-        c.start(20, 20, 10);
+        c.start(20, 20, 10, false, 0);
         assert!(c.so_far(20).unwrap().forked_after_parent_init);
         c.exec(10);
         assert!(!c.end(20, 20, false).unwrap().forked_after_parent_init);
-        c.start(30, 31, 0);
+        c.start(30, 31, 0, false, 0);
         c.exit(30);
         assert!(c.so_far(31).is_none());
     }

@@ -128,6 +128,14 @@ impl DriverWatch {
         self.loaded.as_ref().is_some_and(|r| r.version.is_some())
     }
 
+    /// The version of the driver whose layouts are loaded (`550.163.01`), when known.
+    pub fn version(&self) -> Option<&str> {
+        self.loaded
+            .as_ref()
+            .filter(|r| r.version.is_some())
+            .and_then(|r| r.text.as_deref())
+    }
+
     /// Reads the version again. On the first call, and whenever the reading differs from the
     /// one whose layouts are loaded, hands the new layouts to `load`; when that succeeds,
     /// returns the event that says so. A failed load is returned as the error, and the next

@@ -6,11 +6,13 @@ use std::sync::Arc;
 
 use uvmwatch_common::{
     ctxcall, node, result, CtxEvent, CuinitEvent, EventHeader, IoctlEvent, KfuncEvent, OpenEvent,
-    TaskEvent, CTX_COUNT_READ, CTX_ENTRY_SEEN, DIED_IN_CUINIT, DIED_IN_IOCTL, IOCTL_FAILED,
-    IOCTL_IN_CUINIT, IOCTL_SLOW, OPEN_FD_UNKNOWN, OPEN_IN_CUINIT, OPEN_LIBCUDA, OPEN_NO_START,
+    TaskEvent, CTX_COUNT_READ, CTX_ENTRY_SEEN, CUINIT_LATE, DIED_IN_CUINIT, DIED_IN_IOCTL,
+    DIED_IN_LATE_CUINIT, IOCTL_FAILED, IOCTL_IN_CUINIT, IOCTL_SLOW, LATE_END_RETURN,
+    OPEN_FD_UNKNOWN, OPEN_IN_CUINIT, OPEN_LIBCUDA, OPEN_LIBCUDA_UNPROBED, OPEN_NO_START,
 };
 
 use super::{
+    late,
     stall::{CallKey, CallKind, InFlight},
     KernelSide, Observer,
 };
@@ -21,10 +23,10 @@ use crate::{
         record::{cstr, Record},
     },
     event::{
-        ContextCall, CuinitEnd, DiedInCall, Event, Inside, Ioctl, KernelSignal, Kind, Open,
-        Process, Stall, StallEnd, StallOutcome, ThreadSnapshot,
+        ContextCall, CuinitEnd, DiedInCall, Event, Inside, Ioctl, KernelSignal, Kind, LateCall,
+        Open, Process, Seen, Stall, StallEnd, StallOutcome, ThreadSnapshot,
     },
-    host::procfs,
+    host::{discovery, procfs},
     kernel::registry::kfunc_name,
 };
 
@@ -55,7 +57,12 @@ impl<K: KernelSide> Observer<K> {
                 self.dispatch(ev);
             }
             Record::ProcExit(e) => {
-                self.calls.exit(e.header.tgid);
+                // A late cuInit still open ends with its process (its thread's exit record
+                // normally ended it first).
+                for (tid, start_ns, call) in self.calls.exit(e.header.tgid) {
+                    let h = EventHeader { tid, ..e.header };
+                    self.end_late(&h, start_ns, "process_exited", call);
+                }
                 self.identities.forget(e.header.tgid);
                 let ev = self.bare(&e.header, Kind::ProcessExit);
                 self.dispatch(ev);
@@ -91,12 +98,15 @@ impl<K: KernelSide> Observer<K> {
     fn on_cuinit_enter(&mut self, e: &CuinitEvent) {
         let h = &e.header;
         self.check_driver_if_unknown();
-        self.calls.start(h.tgid, h.tid, e.forked_from);
+        let late = e.late == CUINIT_LATE;
+        self.calls
+            .start(h.tgid, h.tid, e.forked_from, late, e.start_ns);
         let ev = self.about(
             h,
             Kind::CuinitStart {
                 start_ns: e.start_ns,
                 flags: e.flags,
+                late,
             },
         );
         self.dispatch(ev);
@@ -104,16 +114,92 @@ impl<K: KernelSide> Observer<K> {
 
     fn on_cuinit_exit(&mut self, e: &CuinitEvent) {
         let h = &e.header;
-        let result = nvidia::cu_result_name(e.ret);
         let mut call = self
             .calls
-            .end(h.tgid, h.tid, e.ret == 0)
+            .end(h.tgid, h.tid, e.late <= LATE_END_RETURN && e.ret == 0)
             .unwrap_or_default();
         call.forked_after_parent_init = self.calls.forked_after_init(e.forked_from);
+        match e.late {
+            0 => {
+                let seen = if e.entry_seen == 1 {
+                    Seen::Whole
+                } else {
+                    Seen::Return
+                };
+                self.end_cuinit(h, e.start_ns, e.ret, seen, None, call);
+            }
+            LATE_END_RETURN => {
+                let late = LateCall {
+                    ended: late::ended(e.late),
+                    result_basis: String::new(),
+                };
+                self.end_cuinit(
+                    h,
+                    e.start_ns,
+                    e.ret,
+                    Seen::Return,
+                    Some(Box::new(late)),
+                    call,
+                );
+            }
+            why => self.end_late(h, e.start_ns, late::ended(why), call),
+        }
+    }
+
+    /// A late call that started at `start_ns` and whose return was not seen ended at the
+    /// record's time, for `ended`: its result from its driver calls ([`late::infer`]),
+    /// `unknown` when they do not tell.
+    fn end_late(
+        &mut self,
+        h: &EventHeader,
+        start_ns: u64,
+        ended: &'static str,
+        call: crate::event::CallSummary,
+    ) {
+        let inferred = late::infer(
+            &call,
+            ended,
+            self.calls.libcuda_version(h.tgid),
+            self.driver.version(),
+        );
+        let (code, result_basis) = inferred.unwrap_or((-1, String::new()));
+        if code == 0 {
+            self.calls.set_initialized(h.tgid);
+        }
+        let late = LateCall {
+            ended,
+            result_basis,
+        };
+        self.end_cuinit(
+            h,
+            start_ns,
+            code,
+            Seen::DriverCalls,
+            Some(Box::new(late)),
+            call,
+        );
+    }
+
+    /// A `cuInit` ended: its stall, if it had one, ends with it, then the `CuinitEnd`
+    /// event (judged) with what it did.
+    fn end_cuinit(
+        &mut self,
+        h: &EventHeader,
+        start_ns: u64,
+        code: i64,
+        seen: Seen,
+        late: Option<Box<LateCall>>,
+        mut call: crate::event::CallSummary,
+    ) {
+        let result = if code < 0 {
+            "unknown".to_string()
+        } else {
+            nvidia::cu_result_name(code)
+        };
         let key = CallKey {
             kind: CallKind::Cuinit,
             tid: h.tid,
-            start_ns: e.start_ns,
+            start_ns,
         };
         call.stalled = self.detector.end(&key).is_some();
         if call.stalled {
@@ -123,11 +209,11 @@ impl<K: KernelSide> Observer<K> {
                     kind: CallKind::Cuinit,
                     call: "cuInit".into(),
                     label: "cuInit".into(),
-                    start_ns: e.start_ns,
+                    start_ns,
                     outcome: StallOutcome::Returned,
                     node: None,
                     result: Some(result.clone()),
-                    code: Some(e.ret),
+                    code: (code >= 0).then_some(code),
                 }),
             );
             self.dispatch(ev);
@@ -135,10 +221,11 @@ impl<K: KernelSide> Observer<K> {
         let ev = self.about(
             h,
             Kind::CuinitEnd(CuinitEnd {
-                start_ns: e.start_ns,
-                code: e.ret,
+                start_ns,
+                code,
                 result,
-                entry_seen: e.entry_seen == 1,
+                seen,
+                late,
                 call,
                 findings: Vec::new(),
             }),
@@ -165,7 +252,7 @@ impl<K: KernelSide> Observer<K> {
         // before it is).
         if io.in_cuinit && e.node != node::INVALID_FD {
             let secs = h.ts_ns.saturating_sub(e.start_ns) as f64 / 1e9;
-            self.calls.ioctl(h.tid, &io, secs);
+            self.calls.ioctl(h.tid, &io, secs, h.ts_ns);
         }
         let key = CallKey {
             kind: CallKind::Ioctl,
@@ -196,6 +283,15 @@ impl<K: KernelSide> Observer<K> {
         let h = &e.header;
         let path = cstr(&e.path);
         if e.flags & OPEN_LIBCUDA != 0 {
+            // Loaded before it is probed: a cuInit made at once is found from its driver
+            // calls, and its result may rest on the library's release.
+            if e.flags & OPEN_LIBCUDA_UNPROBED != 0 {
+                if let Some(v) =
+                    discovery::opened_libcuda_version(&self.cfg.proc_root, h.tgid, &path)
+                {
+                    self.calls.loaded_libcuda(h.tgid, v);
+                }
+            }
             // A library to probe: the event is its attach.
             match self
                 .discovery
@@ -232,10 +328,11 @@ impl<K: KernelSide> Observer<K> {
             in_cuinit: e.flags & OPEN_IN_CUINIT != 0,
             findings: Vec::new(),
         };
-        // An open whose start was not seen has no duration to judge.
-        if o.in_cuinit && o.timed {
+        // An open whose start was not seen has no duration to judge, but its failure is the
+        // call's all the same.
+        if o.in_cuinit {
             let secs = h.ts_ns.saturating_sub(e.start_ns) as f64 / 1e9;
-            self.calls.open(h.tid, &o, secs);
+            self.calls.open(h.tid, &o, o.timed.then_some(secs), h.ts_ns);
         }
         let ev = self.about(h, Kind::Open(o));
         self.emit(ev);
@@ -306,6 +403,14 @@ impl<K: KernelSide> Observer<K> {
 
     fn on_died(&mut self, e: &TaskEvent) {
         let h = &e.header;
+        // A late cuInit with no driver call in flight was most likely over before its thread
+        // exited (its return was not seen): it ends here, no death inside it.
+        if e.what & DIED_IN_LATE_CUINIT != 0 && e.what & DIED_IN_IOCTL == 0 {
+            if let Some(call) = self.calls.end(h.tgid, h.tid, false) {
+                self.end_late(h, e.start_ns, "thread_exited", call);
+            }
+            return;
+        }
         let mut calls = Vec::new();
         let mut cuinit_seen = false;
         if e.what & DIED_IN_CUINIT != 0 {
@@ -360,6 +465,7 @@ impl<K: KernelSide> Observer<K> {
                 label: "cuInit".into(),
                 node: node::NONE,
                 minor: 0,
+                late: c.late != 0,
             })
             .chain(io.into_iter().map(|(tid, i)| InFlight {
                 key: CallKey {
@@ -372,6 +478,7 @@ impl<K: KernelSide> Observer<K> {
                 label: nvidia::ioctl_label(i.node, i.cmd).to_string(),
                 node: i.node,
                 minor: i.minor,
+                late: false,
             }));
         let mut out = Vec::new();
         let mut dead = Vec::new();
@@ -393,10 +500,45 @@ impl<K: KernelSide> Observer<K> {
         out
     }
 
+    /// Ends the late calls that have been quiet for [`late::QUIET_NS`] with no driver
+    /// call in flight (`snap`): taken out of the kernel's map (unless a probe ended them
+    /// meanwhile) and reported as ended at their last driver call.
+    fn end_quiet_late(&mut self, snap: &[InFlight], now: u64) {
+        let busy: std::collections::HashSet<u32> = snap
+            .iter()
+            .filter(|c| c.key.kind == CallKind::Ioctl)
+            .map(|c| c.key.tid)
+            .collect();
+        for (tgid, tid, last_ns) in self
+            .calls
+            .quiet_late(now.saturating_sub(late::QUIET_NS), &busy)
+        {
+            if !self.kernel().end_late_cuinit(tid) {
+                // Ended in the kernel meanwhile: its record is on its way.
+                continue;
+            }
+            let start_ns = self.calls.start_of(tid).unwrap_or(last_ns);
+            if let Some(call) = self.calls.end(tgid, tid, false) {
+                let h = EventHeader {
+                    kind: 0,
+                    tgid,
+                    tid,
+                    _pad: 0,
+                    ts_ns: last_ns,
+                    comm: [0; uvmwatch_common::COMM_LEN],
+                };
+                self.end_late(&h, start_ns, "quiet", call);
+            }
+        }
+    }
+
     /// One pass of the stall scan: new stalls, stalls that vanished, the scan's figures.
     pub(super) fn scan(&mut self) {
         let now = clock::monotonic_ns();
         let snap = self.snapshot(now);
+        if self.caught_up {
+            self.end_quiet_late(&snap, now);
+        }
         let r = self.detector.scan(&snap, now, self.caught_up);
         for c in &r.new_stalls {
             let ev = self.stall_report(c, &snap, now);

@@ -30,6 +30,10 @@ pub trait KernelSide: Send + 'static {
     fn inflight_ioctls(&self) -> Result<Vec<(u32, InflightIoctl)>>;
     /// Removes the in-flight entries of a thread that no longer exists.
     fn forget_thread(&mut self, tid: u32);
+    /// Takes the thread's late `cuInit` (found at its first driver call) out of the
+    /// in-flight map, user space having found it quiet; `false` when the thread has none
+    /// (a probe ended it meanwhile).
+    fn end_late_cuinit(&mut self, tid: u32) -> bool;
     /// The loss counters (index `uvmwatch_common::counter`).
     fn counters(&self) -> Result<[u64; counter::COUNT as usize]>;
     /// `Some(loaded)` when `nvidia_uvm` came or went since the last call.
@@ -68,6 +72,9 @@ impl KernelSide for Kernel {
     }
     fn forget_thread(&mut self, tid: u32) {
         Kernel::forget_thread(self, tid)
+    }
+    fn end_late_cuinit(&mut self, tid: u32) -> bool {
+        Kernel::end_late_cuinit(self, tid)
     }
     fn counters(&self) -> Result<[u64; counter::COUNT as usize]> {
         Kernel::counters(self)

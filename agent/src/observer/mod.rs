@@ -17,6 +17,7 @@ pub mod driver;
 pub mod features;
 mod handlers;
 mod kernel_side;
+pub mod late;
 pub mod stall;
 mod startup;
 #[cfg(test)]

@@ -39,6 +39,10 @@ pub struct InFlight {
     /// no second read of the kernel's map.
     pub node: u8,
     pub minor: u8,
+    /// A `cuInit` found at its first driver call (its entry not seen): it stalls only while
+    /// its thread is inside a driver call, for its age is that of its first driver call and
+    /// its return may simply not have been seen.
+    pub late: bool,
 }
 
 /// A stall that has been reported and not yet ended.
@@ -89,9 +93,17 @@ impl StallDetector {
     /// `caught_up` (every record sent so far was handled: its exit record is not queued).
     pub fn scan(&mut self, inflight: &[InFlight], now_ns: u64, caught_up: bool) -> ScanResult {
         let mut out = ScanResult::default();
+        let in_driver: std::collections::HashSet<u32> = inflight
+            .iter()
+            .filter(|c| c.key.kind == CallKind::Ioctl)
+            .map(|c| c.key.tid)
+            .collect();
         for c in inflight {
             if let Some(r) = self.reported.get_mut(&c.key) {
                 r.missing = 0;
+                continue;
+            }
+            if c.late && !in_driver.contains(&c.key.tid) {
                 continue;
             }
             if now_ns.saturating_sub(c.key.start_ns) >= self.threshold_ns(c.key.kind) {
@@ -173,7 +185,26 @@ mod tests {
             label: label.into(),
             node: 0,
             minor: 0,
+            late: false,
         }
+    }
+
+    #[test]
+    fn a_late_cuinit_stalls_only_inside_a_driver_call() {
+        let mut d = StallDetector::new(Duration::from_secs(20), Duration::from_secs(5));
+        let late = InFlight {
+            late: true,
+            ..call(CallKind::Cuinit, 10, 100 * S)
+        };
+        // Its thread has no call in flight: its return may just not have been seen.
+        assert!(d
+            .scan(std::slice::from_ref(&late), 130 * S, true)
+            .new_stalls
+            .is_empty());
+        // Stuck in a driver call: the cuInit is stalled too.
+        let io = call(CallKind::Ioctl, 10, 125 * S);
+        let r = d.scan(&[late.clone(), io.clone()], 131 * S, true);
+        assert_eq!(r.new_stalls, vec![late, io]);
     }
 
     #[test]

@@ -16,13 +16,14 @@ use uvmwatch_common::{
     EVENT_CUINIT_EXIT, EVENT_DIED_IN_CALL, EVENT_EXEC, EVENT_IOCTL, EVENT_KFUNC, EVENT_OPEN,
     IOCTL_FAILED, IOCTL_IN_CUINIT, OPEN_IN_CUINIT, OPEN_LIBCUDA,
 };
+use uvmwatch_common::{CUINIT_LATE, DIED_IN_LATE_CUINIT, LATE_END_RETURN, OPEN_NO_START};
 
 use super::{diagnosis::FactsFrom, driver::DriverFrom, KernelSide, Observer, RunConfig};
 use crate::{
     clock,
     decode::record::Record,
     doctor::finding::Basis,
-    event::{CallKind, Event, Kind, Listener, StallOutcome, Trigger},
+    event::{CallKind, Event, Kind, Listener, Seen, StallOutcome, Trigger},
     kernel::registry::{self, Attach, ProbeSpec, ProbeState},
 };
 
@@ -84,6 +85,11 @@ impl KernelSide for FakeKernel {
         self.forgotten.push(tid);
         self.cuinit.retain(|(t, _)| *t != tid);
         self.ioctls.retain(|(t, _)| *t != tid);
+    }
+    fn end_late_cuinit(&mut self, tid: u32) -> bool {
+        let had = self.cuinit.iter().any(|(t, c)| *t == tid && c.late != 0);
+        self.cuinit.retain(|(t, c)| !(*t == tid && c.late != 0));
+        had
     }
     fn counters(&self) -> Result<[u64; counter::COUNT as usize]> {
         let mut c = [0; counter::COUNT as usize];
@@ -281,12 +287,20 @@ fn a_failed_cuinit_carries_what_it_did_and_its_diagnosis_then_its_findings() {
     };
     assert_eq!(end.result, "CUDA_ERROR_NOT_INITIALIZED");
     assert_eq!((end.call.driver_calls, end.call.device_opens), (2, 1));
+    let f = end.call.last_failure.clone().unwrap();
     assert_eq!(
-        end.call.last_failure,
-        Some((
-            "UVM_REGISTER_GPU on /dev/nvidia-uvm".into(),
-            "NV_ERR_NO_MEMORY".into()
-        ))
+        (
+            f.what.as_str(),
+            f.call.as_str(),
+            f.node.as_str(),
+            f.result.as_str()
+        ),
+        (
+            "UVM_REGISTER_GPU on /dev/nvidia-uvm",
+            "UVM_REGISTER_GPU",
+            "nvidia-uvm",
+            "NV_ERR_NO_MEMORY"
+        )
     );
     // The incident's machine: the HMM set-up, critical, first.
     assert_eq!(end.findings[0].rule, "hmm_setup_failure");
@@ -386,9 +400,10 @@ fn a_uvm_call_on_a_negative_fd_is_not_the_cuinits_failure() {
         })
         .unwrap();
     assert_eq!((end.call.driver_calls, end.call.device_opens), (0, 2));
+    let f = end.call.last_failure.clone().unwrap();
     assert_eq!(
-        end.call.last_failure,
-        Some(("open /dev/nvidia-uvm".into(), "ENOENT".into()))
+        (f.what.as_str(), f.call.as_str(), f.result.as_str()),
+        ("open /dev/nvidia-uvm", "open", "ENOENT")
     );
     assert!(end.call.failed_call.is_none());
 }
@@ -483,7 +498,7 @@ fn a_stall_is_reported_once_with_its_thread_and_ends_when_the_call_returns() {
             InflightCuinit {
                 start_ns: cu_start,
                 tgid: PID,
-                flags: 0,
+                ..InflightCuinit::default()
             },
         ));
         k.ioctls.push((
@@ -580,7 +595,7 @@ fn a_thread_dying_in_a_stalled_call_ends_the_stall_and_counts_its_cuinit() {
         InflightCuinit {
             start_ns: start,
             tgid: PID,
-            flags: 0,
+            ..InflightCuinit::default()
         },
     ));
     o.scan();
@@ -729,4 +744,183 @@ fn a_libcuda_a_process_opens_gets_probed() {
         panic!()
     };
     assert_eq!(*libcuda_targets, 1);
+}
+
+/// A `cuInit` whose libcuda was loaded before the probes were attached: the kernel starts it
+/// at the first driver call (`late`), its records are the call's.
+fn late_enter(tid: u32, t: u64) -> Record {
+    Record::CuinitEnter(CuinitEvent {
+        header: header(EVENT_CUINIT_ENTER, tid, t),
+        start_ns: t,
+        late: CUINIT_LATE,
+        ..CuinitEvent::default()
+    })
+}
+
+fn rm_ioctl(tid: u32, start: u64, end: u64, status: u32) -> Record {
+    Record::Ioctl(IoctlEvent {
+        header: header(EVENT_IOCTL, tid, end),
+        start_ns: start,
+        cmd: 0xc020_462a,
+        status,
+        result_kind: result::NV_STATUS,
+        node: node::CTL,
+        minor: 255,
+        flags: IOCTL_IN_CUINIT | if status != 0 { IOCTL_FAILED } else { 0 },
+        ..IoctlEvent::default()
+    })
+}
+
+fn the_end(evs: &[Arc<Event>]) -> crate::event::CuinitEnd {
+    evs.iter()
+        .find_map(|e| match &e.kind {
+            Kind::CuinitEnd(c) => Some(c.clone()),
+            _ => None,
+        })
+        .expect("a cuinit_end")
+}
+
+/// The real libcuda 535.261.03 with `/dev/nvidia-uvm` at mode 000 and a non-root caller
+/// (`cargo xtask vm-test`, nvidia series): the control node opens, RM escapes succeed, the
+/// UVM node is refused twice (on the fentry backend with no start: the permission check
+/// fails before any driver code), `UVM_DEINITIALIZE` goes to fd -13, and cuInit returns
+/// 999. Seen only through its driver calls, the call still names the refused open, carries
+/// its diagnosis and the result those calls tell; the thread's exit is no death inside it.
+#[test]
+fn a_cuinit_the_probes_missed_is_told_by_its_driver_calls() {
+    let root = fake_proc();
+    let (mut o, rec) = observer(root.path());
+    let t = clock::monotonic_ns();
+    o.handle(late_enter(PID, t));
+    let mut ctl = OpenEvent {
+        header: header(EVENT_OPEN, PID, t + MS),
+        start_ns: t,
+        ret: 0,
+        flags: OPEN_IN_CUINIT,
+        node: node::CTL,
+        minor: 255,
+        ..OpenEvent::default()
+    };
+    ctl.path[..14].copy_from_slice(b"/dev/nvidiactl");
+    o.handle(Record::Open(ctl));
+    o.handle(rm_ioctl(PID, t + 2 * MS, t + 3 * MS, 0));
+    for i in 0..2 {
+        o.handle(open(
+            PID,
+            "/dev/nvidia-uvm",
+            t + (4 + i) * MS,
+            -13,
+            OPEN_IN_CUINIT | OPEN_NO_START,
+        ));
+    }
+    o.handle(Record::Ioctl(IoctlEvent {
+        header: header(EVENT_IOCTL, PID, t + 7 * MS),
+        start_ns: t + 7 * MS - 1000,
+        cmd: 0x3000_0002,
+        fd: -13i32 as u32,
+        ret: -9,
+        status: 9,
+        result_kind: result::ERRNO,
+        node: node::INVALID_FD,
+        flags: IOCTL_IN_CUINIT | IOCTL_FAILED,
+        ..IoctlEvent::default()
+    }));
+    o.handle(Record::DiedInCall(TaskEvent {
+        header: header(EVENT_DIED_IN_CALL, PID, t + 9 * MS),
+        start_ns: t,
+        what: DIED_IN_CUINIT | DIED_IN_LATE_CUINIT,
+        ..TaskEvent::default()
+    }));
+    let evs = rec.take();
+    assert!(
+        matches!(evs[0].kind, Kind::CuinitStart { late: true, .. }),
+        "{:?}",
+        kinds(&evs)
+    );
+    assert!(!evs.iter().any(|e| matches!(e.kind, Kind::DiedInCall(_))));
+    let end = the_end(&evs);
+    assert_eq!(end.seen, Seen::DriverCalls);
+    assert_eq!((end.code, end.result.as_str()), (999, "CUDA_ERROR_UNKNOWN"));
+    let late = end.late.clone().unwrap();
+    assert_eq!(late.ended, "thread_exited");
+    assert!(
+        late.result_basis.contains("EACCES"),
+        "{}",
+        late.result_basis
+    );
+    assert_eq!((end.call.driver_calls, end.call.device_opens), (1, 3));
+    let f = end.call.last_failure.clone().unwrap();
+    assert_eq!(
+        (f.what.as_str(), f.result.as_str()),
+        ("open /dev/nvidia-uvm", "EACCES")
+    );
+    assert!(
+        end.findings.iter().any(|f| f.rule == "device_permission"),
+        "{:?}",
+        end.findings.iter().map(|f| &f.rule).collect::<Vec<_>>()
+    );
+}
+
+/// A late call whose thread goes quiet (no driver call in flight, none for a second) is
+/// taken out of the kernel's map and ends at its last driver call; with no failure and no
+/// later call its result is unknown, and nothing says it failed.
+#[test]
+fn a_quiet_late_cuinit_ends_at_its_last_driver_call() {
+    let root = fake_proc();
+    let (mut o, rec) = observer(root.path());
+    let now = clock::monotonic_ns();
+    let t = now - 3 * S;
+    o.handle(late_enter(PID, t));
+    o.kernel().cuinit.push((
+        PID,
+        InflightCuinit {
+            start_ns: t,
+            tgid: PID,
+            late: 1,
+            ..InflightCuinit::default()
+        },
+    ));
+    o.handle(rm_ioctl(PID, t + MS, t + 2 * MS, 0));
+    rec.take();
+    o.scan();
+    let evs = rec.take();
+    let end = the_end(&evs);
+    assert!(
+        o.kernel().cuinit.is_empty(),
+        "taken out of the kernel's map"
+    );
+    assert_eq!((end.code, end.result.as_str()), (-1, "unknown"));
+    assert_eq!(end.late.as_ref().unwrap().ended, "quiet");
+    let at = evs
+        .iter()
+        .find(|e| matches!(e.kind, Kind::CuinitEnd(_)))
+        .unwrap()
+        .ts_ns;
+    assert_eq!(at, t + 2 * MS);
+    // Never a stall: its thread was in no driver call.
+    assert!(!evs.iter().any(|e| matches!(e.kind, Kind::Stall(_))));
+}
+
+/// The uretprobe attached while a late call ran, in time for its return: the real result,
+/// its start that of its first driver call.
+#[test]
+fn a_late_cuinit_seen_returning_has_its_real_result() {
+    let root = fake_proc();
+    let (mut o, rec) = observer(root.path());
+    let t = clock::monotonic_ns();
+    o.handle(late_enter(PID, t));
+    o.handle(rm_ioctl(PID, t + MS, t + 2 * MS, 0));
+    o.handle(Record::CuinitExit(CuinitEvent {
+        header: header(EVENT_CUINIT_EXIT, PID, t + 3 * MS),
+        start_ns: t,
+        ret: 803,
+        late: LATE_END_RETURN,
+        ..CuinitEvent::default()
+    }));
+    let end = the_end(&rec.take());
+    assert_eq!(end.seen, Seen::Return);
+    assert_eq!(end.code, 803);
+    assert_eq!(end.late.as_ref().unwrap().ended, "returned");
+    assert!(end.late.unwrap().result_basis.is_empty());
+    assert_eq!(end.call.driver_calls, 1);
 }

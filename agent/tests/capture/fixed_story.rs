@@ -81,6 +81,7 @@ pub(crate) fn story() -> Capture {
             Kind::CuinitStart {
                 start_ns: cuinit_start,
                 flags: 0,
+                late: false,
             },
         ),
         0,
@@ -106,7 +107,8 @@ pub(crate) fn story() -> Capture {
         start_ns: cuinit_start,
         code: 0,
         result: "CUDA_SUCCESS".into(),
-        entry_seen: true,
+        seen: Seen::Whole,
+        late: None,
         call: CallSummary::default(),
         findings: vec![],
     });
@@ -128,6 +130,7 @@ pub(crate) fn story() -> Capture {
             Kind::CuinitStart {
                 start_ns: t0 + 2 * S,
                 flags: 0,
+                late: false,
             },
         ),
         0,

@@ -42,7 +42,7 @@ use uvmwatch::{
     doctor::finding::{Confidence, Finding, Severity},
     event::{
         CallKind, CallSummary, CuinitEnd, Diagnosis, Event, Inside, Ioctl, Kind, Open, Process,
-        Scan, Stall, ThreadSnapshot, Trigger,
+        Scan, Seen, Stall, ThreadSnapshot, Trigger,
     },
     export::{
         annotate::{self, TRACK_TID_BASE},

@@ -147,7 +147,9 @@ impl Recorder {
         };
         let tid = ev.tid;
         match &ev.kind {
-            Observation::CuinitStart { start_ns, flags } => {
+            Observation::CuinitStart {
+                start_ns, flags, ..
+            } => {
                 self.note_thread(proc, tid);
                 self.open_cuinit.insert(
                     (tid, *start_ns),
@@ -158,7 +160,7 @@ impl Recorder {
                     },
                 );
             }
-            Observation::CuinitEnd(c) if c.entry_seen => {
+            Observation::CuinitEnd(c) if c.start_reported() => {
                 self.note_thread(proc, tid);
                 let mut args: Vec<(String, Arg)> = self
                     .open_cuinit
@@ -168,6 +170,20 @@ impl Recorder {
                 args.push(("result".into(), c.result.as_str().into()));
                 args.push(("code".into(), Arg::Int(c.code)));
                 args.push(("failed".into(), Arg::Bool(c.code != 0)));
+                // A call found from its driver calls says so, and what its result rests on.
+                if c.seen != crate::event::Seen::Whole {
+                    args.push(("seen".into(), c.seen.name().into()));
+                }
+                if let Some(l) = c.late.as_ref().filter(|l| !l.result_basis.is_empty()) {
+                    args.push((
+                        "result_inferred_from".into(),
+                        l.result_basis.as_str().into(),
+                    ));
+                }
+                if let Some(f) = &c.call.last_failure {
+                    args.push(("failed_call".into(), f.what.as_str().into()));
+                    args.push(("failed_result".into(), f.result.as_str().into()));
+                }
                 args.sort_by(|a, b| a.0.cmp(&b.0));
                 self.push(slice(
                     proc.pid,

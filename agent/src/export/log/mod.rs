@@ -86,7 +86,7 @@ impl crate::event::Listener for LogListener {
         let tid = ev.tid;
         let comm = ev.comm.as_str();
         match &ev.kind {
-            Kind::CuinitStart { flags, .. } => {
+            Kind::CuinitStart { flags, late, .. } => {
                 let p = ev.process.as_deref().cloned().unwrap_or_default();
                 let w = &p.workload;
                 tracing::info!(
@@ -103,6 +103,7 @@ impl crate::event::Listener for LogListener {
                     comm = %comm,
                     exe = %p.exe,
                     flags = *flags,
+                    late = *late,
                     "cuInit entered"
                 );
             }
@@ -350,7 +351,15 @@ impl LogListener {
     fn cuinit_end(&mut self, ev: &Event, c: &CuinitEnd) {
         let (pid, tid, comm) = (ev.pid().unwrap_or(0), ev.tid, ev.comm.as_str());
         let secs = seconds(ev.ts_ns, c.start_ns);
-        if c.code == 0 {
+        let seen = c.seen.name();
+        let (ended, basis) = c
+            .late
+            .as_ref()
+            .map(|l| (l.ended, l.result_basis.as_str()))
+            .unwrap_or(("", ""));
+        // A result not known (a call seen only through its driver calls, none failed) is no
+        // failure to report.
+        if c.code <= 0 {
             tracing::info!(
                 target: TARGET,
                 event = "cuinit_end",
@@ -362,11 +371,14 @@ impl LogListener {
                 duration_seconds = secs,
                 driver_calls = c.call.driver_calls,
                 device_opens = c.call.device_opens,
+                seen,
+                ended,
+                result_inferred_from = basis,
                 "cuInit returned"
             );
             return;
         }
-        let (fail_call, fail_result) = c.call.last_failure.clone().unwrap_or_default();
+        let fail = c.call.last_failure.clone().unwrap_or_default();
         let d = self.summary(ev);
         tracing::error!(
             target: TARGET,
@@ -379,8 +391,11 @@ impl LogListener {
             duration_seconds = secs,
             driver_calls = c.call.driver_calls,
             device_opens = c.call.device_opens,
-            failed_call = %fail_call,
-            failed_result = %fail_result,
+            seen,
+            ended,
+            result_inferred_from = basis,
+            failed_call = %fail.what,
+            failed_result = %fail.result,
             diagnosis = %d.rules,
             diagnosis_title = %d.title,
             diagnosis_fix = %d.fix,

@@ -51,6 +51,11 @@ const COMM: Field = f("comm", "thread name when the kernel saw the event");
 const EXE: Field = j("exe", "executable path");
 const RESULT_CU: Field = f("result", "CUresult name (cuda.h)");
 const CODE: Field = j("code", "CUresult code");
+const CUINIT_RESULT: Field = f(
+    "result",
+    "CUresult name (cuda.h); for a call whose return was not seen, the one its driver calls tell, or unknown",
+);
+const CUINIT_CODE: Field = j("code", "CUresult code (-1: unknown)");
 const DURATION: Field = f("duration_seconds", "time in the call, seconds");
 const DRIVER_CALLS: Field = f("driver_calls", "driver ioctls made inside cuInit");
 const DEVICE_OPENS: Field = j("device_opens", "NVIDIA device opens made inside cuInit");
@@ -102,6 +107,18 @@ const CTX_COUNT: Field = f(
 );
 
 const ERROR: Field = f("error", "what went wrong");
+const SEEN: Field = j(
+    "seen",
+    "how much of the call the probes saw: whole (entry and return), return (the return, not the entry), driver_calls (only its driver calls: its libcuda was loaded and the call made before the cuInit probes were attached)",
+);
+const ENDED: Field = j(
+    "ended",
+    "for a call found at its first driver call: how its end was known (returned, next_cuinit, next_call, exec, thread_exited, process_exited, quiet: no driver call for 1 s); empty otherwise",
+);
+const RESULT_BASIS: Field = f(
+    "result_inferred_from",
+    "when the return was not seen: what the result was inferred from (docs/probes.md#late-cuinit); empty when the return was seen or nothing told (result unknown, code -1)",
+);
 
 /// Every record kind, grouped by the data path: calls, stalls, processes, diagnosis, agent.
 /// The fields of both `driver_layout` records.
@@ -141,6 +158,10 @@ pub const RECORDS: &[Record] = &[
             COMM,
             EXE,
             j("flags", "the Flags argument"),
+            j(
+                "late",
+                "found at its first driver call (its libcuda was loaded before the probes were attached): its entry was not seen, the time is that call's",
+            ),
         ],
     },
     Record {
@@ -151,11 +172,14 @@ pub const RECORDS: &[Record] = &[
             PID,
             TID,
             COMM,
-            RESULT_CU,
-            CODE,
+            CUINIT_RESULT,
+            CUINIT_CODE,
             DURATION,
             DRIVER_CALLS,
             DEVICE_OPENS,
+            SEEN,
+            ENDED,
+            RESULT_BASIS,
         ],
     },
     Record {
@@ -166,12 +190,15 @@ pub const RECORDS: &[Record] = &[
             PID,
             TID,
             COMM,
-            RESULT_CU,
-            CODE,
+            CUINIT_RESULT,
+            CUINIT_CODE,
             DURATION,
             DRIVER_CALLS,
             DEVICE_OPENS,
-            f("failed_call", "the last failed driver call or open inside cuInit"),
+            SEEN,
+            ENDED,
+            RESULT_BASIS,
+            f("failed_call", "the last failed driver call or open inside cuInit (calls on a negative fd left out: they follow a failed open)"),
             f("failed_result", "its result"),
             DIAGNOSIS,
             DIAGNOSIS_TITLE,

@@ -41,8 +41,10 @@ pub const CUINIT_BUCKETS: &[f64] = &[
 pub struct Metrics {
     /// Registry served on `/metrics`.
     pub registry: Registry,
-    /// `uvmwatch_cuinit_calls_total{result}`.
+    /// `uvmwatch_cuinit_calls_total{result,seen}`.
     pub cuinit_calls: IntCounterVec,
+    /// `uvmwatch_cuinit_failures_total{result,call,node,call_result,rule}`.
+    pub cuinit_failures: IntCounterVec,
     /// `uvmwatch_cuinit_duration_seconds`.
     pub cuinit_duration: Histogram,
     /// `uvmwatch_cuinit_in_flight`.
@@ -80,7 +82,8 @@ pub const WORKLOAD_LABELS: [&str; 3] = ["engine", "namespace", "pod"];
 pub const FAMILIES: &[(&str, &str, &str)] = &[
     ("uvmwatch_build_info", "gauge", "Always 1; labels carry the agent version and kernel release."),
     ("uvmwatch_ioctl_layout_info", "gauge", "Always 1, one series: the running driver's version (unknown when none is loaded or readable), the driver release whose ioctl params layouts statuses are read with, and how it was chosen (exact, nearest for a version the table does not know, newest when no version is known). docs/compatibility.md lists the releases."),
-    ("uvmwatch_cuinit_calls_total", "counter", "cuInit calls that ended, by result (CUresult name from cuda.h, or thread_exited when the calling thread died inside the call)."),
+    ("uvmwatch_cuinit_calls_total", "counter", "cuInit calls that ended, by result (CUresult name from cuda.h, thread_exited when the calling thread died inside the call, unknown when only its driver calls were seen and they do not tell) and by how much of the call the probes saw (seen: whole, return, driver_calls: its libcuda was loaded and the call made before the probes were attached, its result inferred from its driver calls)."),
+    ("uvmwatch_cuinit_failures_total", "counter", "Failed cuInit calls in which a driver call or device open failed, by the cuInit result, the last failed call (call: the ioctl name, or open; node; call_result: its NV_ERR_* or errno name) and the worst diagnosis rule (none without one)."),
     ("uvmwatch_cuinit_duration_seconds", "histogram", "Time from cuInit entry to return, seconds."),
     ("uvmwatch_cuinit_in_flight", "gauge", "cuInit calls currently running."),
     ("uvmwatch_stalls_total", "counter", "Calls that crossed their stall threshold (--cuinit-stall, --ioctl-stall), by call (cuInit or the driver ioctl name)."),
@@ -114,7 +117,11 @@ const FAMILY_LABELS: &[(&str, &str)] = &[
     ),
     (
         "uvmwatch_cuinit_calls_total",
-        "result (+ engine, namespace, pod with --workload-labels)",
+        "result, seen (+ engine, namespace, pod with --workload-labels)",
+    ),
+    (
+        "uvmwatch_cuinit_failures_total",
+        "result, call, node, call_result, rule",
     ),
     ("uvmwatch_cuinit_duration_seconds", ""),
     ("uvmwatch_cuinit_in_flight", ""),
@@ -209,7 +216,7 @@ impl Metrics {
         } else {
             &[]
         };
-        let cuinit_labels: Vec<&str> = ["result"].iter().chain(extra).copied().collect();
+        let cuinit_labels: Vec<&str> = ["result", "seen"].iter().chain(extra).copied().collect();
         let stall_labels: Vec<&str> = ["call"].iter().chain(extra).copied().collect();
         let cuinit_calls = IntCounterVec::new(
             Opts::new(
@@ -217,6 +224,13 @@ impl Metrics {
                 help("uvmwatch_cuinit_calls_total"),
             ),
             &cuinit_labels,
+        )?;
+        let cuinit_failures = IntCounterVec::new(
+            Opts::new(
+                "uvmwatch_cuinit_failures_total",
+                help("uvmwatch_cuinit_failures_total"),
+            ),
+            &["result", "call", "node", "call_result", "rule"],
         )?;
         let cuinit_duration = Histogram::with_opts(
             HistogramOpts::new(
@@ -274,12 +288,13 @@ impl Metrics {
         )?;
         // The call label always has its cuInit series, so dashboards never see "no data".
         if !workload_labels {
-            cuinit_calls.with_label_values(&["CUDA_SUCCESS"]);
+            cuinit_calls.with_label_values(&["CUDA_SUCCESS", "whole"]);
             stalls.with_label_values(&["cuInit"]);
         }
         stalled.with_label_values(&["cuInit"]);
         for c in [
             Box::new(cuinit_calls.clone()) as Box<dyn Collector>,
+            Box::new(cuinit_failures.clone()),
             Box::new(cuinit_duration.clone()),
             Box::new(cuinit_in_flight.clone()),
             Box::new(stalls.clone()),
@@ -303,6 +318,7 @@ impl Metrics {
         Ok(Metrics {
             registry,
             cuinit_calls,
+            cuinit_failures,
             cuinit_duration,
             cuinit_in_flight,
             stalls,
@@ -319,10 +335,11 @@ impl Metrics {
         })
     }
 
-    /// Counts one ended `cuInit` with `result`; `wl` are the workload label values
-    /// (engine, namespace, pod), used only with workload labels on.
-    pub fn count_cuinit(&self, result: &str, wl: [&str; 3]) {
-        let mut v = vec![result];
+    /// Counts one ended `cuInit` with `result`, `seen` as much of it as the probes saw
+    /// ([`crate::event::Seen::name`]); `wl` are the workload label values (engine,
+    /// namespace, pod), used only with workload labels on.
+    pub fn count_cuinit(&self, result: &str, seen: &str, wl: [&str; 3]) {
+        let mut v = vec![result, seen];
         if self.workload_labels {
             v.extend(wl);
         }
@@ -407,16 +424,31 @@ impl Listener for MetricsListener {
         };
         match &ev.kind {
             Kind::CuinitStart { .. } => m.cuinit_in_flight.inc(),
-            Kind::CuinitEnd(c) if c.entry_seen => {
+            Kind::CuinitEnd(c) => {
                 let [e, n, p] = workload();
-                m.count_cuinit(&c.result, [&e, &n, &p]);
-                m.cuinit_duration
-                    .observe(ev.ts_ns.saturating_sub(c.start_ns) as f64 / 1e9);
-                dec(&m.cuinit_in_flight);
+                m.count_cuinit(&c.result, c.seen.name(), [&e, &n, &p]);
+                if let Some(f) = &c.call.last_failure {
+                    let rule = c
+                        .findings
+                        .first()
+                        .map(|f| f.rule.as_str())
+                        .unwrap_or("none");
+                    m.cuinit_failures
+                        .with_label_values(&[&c.result, &f.call, &f.node, &f.result, rule])
+                        .inc();
+                }
+                // Only a call seen from entry to return has its duration.
+                if c.seen == crate::event::Seen::Whole {
+                    m.cuinit_duration
+                        .observe(ev.ts_ns.saturating_sub(c.start_ns) as f64 / 1e9);
+                }
+                if c.start_reported() {
+                    dec(&m.cuinit_in_flight);
+                }
             }
             Kind::DiedInCall(d) if d.cuinit_seen => {
                 let [e, n, p] = workload();
-                m.count_cuinit("thread_exited", [&e, &n, &p]);
+                m.count_cuinit("thread_exited", "whole", [&e, &n, &p]);
                 dec(&m.cuinit_in_flight);
             }
             Kind::Stall(s) => {
@@ -544,13 +576,13 @@ mod tests {
     fn agent_metrics_render() {
         let m = Metrics::new().unwrap();
         m.cuinit_calls
-            .with_label_values(&["CUDA_ERROR_NOT_INITIALIZED"])
+            .with_label_values(&["CUDA_ERROR_NOT_INITIALIZED", "whole"])
             .inc();
         m.cuinit_duration.observe(1.5);
         let text = m.render();
-        assert!(
-            text.contains("uvmwatch_cuinit_calls_total{result=\"CUDA_ERROR_NOT_INITIALIZED\"} 1")
-        );
+        assert!(text.contains(
+            "uvmwatch_cuinit_calls_total{result=\"CUDA_ERROR_NOT_INITIALIZED\",seen=\"whole\"} 1"
+        ));
         assert!(text.contains("uvmwatch_cuinit_duration_seconds_bucket{le=\"600\"} 1"));
         assert!(text.contains("uvmwatch_build_info{"));
         for (name, _, _) in FAMILIES {

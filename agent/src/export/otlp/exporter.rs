@@ -45,8 +45,8 @@ pub(super) fn traced(ev: &Event) -> bool {
             | Kind::Stall(_)
             | Kind::StallEnd(_) => true,
             Kind::Diagnosis(d) => d.trigger != Trigger::Evidence,
-            // `cuInit` calls whose start was not seen were not traced.
-            Kind::CuinitEnd(c) => c.entry_seen,
+            // `cuInit` calls whose start was not reported were not traced.
+            Kind::CuinitEnd(c) => c.start_reported(),
             _ => false,
         }
 }

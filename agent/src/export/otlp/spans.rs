@@ -128,7 +128,9 @@ impl Exporter {
         let tid = ev.tid;
         let end_ns = ev.ts_ns;
         match &ev.kind {
-            Kind::CuinitStart { start_ns, flags } => {
+            Kind::CuinitStart {
+                start_ns, flags, ..
+            } => {
                 if let Some(old) = self.cuinit.remove(&tid) {
                     // Its end was lost: close it where the next one starts.
                     self.end_incomplete(old, tid, *start_ns, "superseded");
@@ -168,7 +170,25 @@ impl Exporter {
                 if let Some(f) = o.flags {
                     attrs.push(kv_int("uvmwatch.cuinit.flags", f as i64));
                 }
-                let error = (c.code != 0).then(|| {
+                // A call found at its first driver call: what was seen, and what its result
+                // rests on.
+                if c.seen != crate::event::Seen::Whole {
+                    attrs.push(kv_str("uvmwatch.cuinit.seen", c.seen.name()));
+                }
+                if let Some(l) = &c.late {
+                    attrs.push(kv_str("uvmwatch.cuinit.ended", l.ended));
+                    if !l.result_basis.is_empty() {
+                        attrs.push(kv_str(
+                            "uvmwatch.cuinit.result_inferred_from",
+                            l.result_basis.clone(),
+                        ));
+                    }
+                }
+                if let Some(f) = &c.call.last_failure {
+                    attrs.push(kv_str("uvmwatch.cuinit.failed_call", f.what.clone()));
+                    attrs.push(kv_str("uvmwatch.cuinit.failed_result", f.result.clone()));
+                }
+                let error = (c.code > 0).then(|| {
                     attrs.push(kv_str("error.type", c.result.clone()));
                     c.result.clone()
                 });

@@ -176,6 +176,21 @@ fn prefer_plain(mut target: LibTarget) -> LibTarget {
     target
 }
 
+/// The driver version in the name of the file a process opened as a libcuda
+/// (`libcuda.so.1` resolved inside its root to `libcuda.so.535.261.03` gives `535.261.03`);
+/// `None` when the path cannot be resolved or the file's name has no version.
+pub fn opened_libcuda_version(proc_root: &Path, pid: u32, path_in_ns: &str) -> Option<String> {
+    let proc_dir = proc_root.join(pid.to_string());
+    let host = in_root::resolve(
+        &proc_dir.join("root"),
+        Some(&proc_dir.join("cwd")),
+        Path::new(path_in_ns),
+    )
+    .ok()?;
+    let name = host.file_name()?.to_str()?;
+    crate::doctor::collect::processes::libcuda_version(name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::tests::{ino, write};
