@@ -670,6 +670,8 @@ impl Kernel {
             }
         };
         self.uvm_loaded = syms.has_module(UVM_MODULE);
+        // Read once, and only when a function is missing.
+        let mut absence: Option<registry::AbsenceFacts> = None;
         for i in 0..self.specs.len() {
             let spec = self.specs[i];
             let Attach::Kprobe {
@@ -693,12 +695,9 @@ impl Kernel {
                 }
             }
             let Some(target) = syms.resolve(symbol, module) else {
-                self.states[i] = ProbeState::Unavailable(format!(
-                    "{symbol} not in /proc/kallsyms{} (another kernel or driver version)",
-                    module
-                        .map(|m| format!(" for module {m}"))
-                        .unwrap_or_default()
-                ));
+                let facts = absence.get_or_insert_with(absence_facts);
+                self.states[i] =
+                    ProbeState::Unavailable(registry::absence_reason(symbol, module, facts));
                 continue;
             };
             let r: Result<KProbeLinkId> = (|| {
@@ -1313,6 +1312,28 @@ fn load_one(bpf: &mut Ebpf, spec: &ProbeSpec) -> Result<()> {
         Attach::Fentry { .. } => return Err(anyhow!("fentry programs load with their function")),
     }
     Ok(())
+}
+
+/// The host's facts for [`registry::absence_reason`]: `CONFIG_DEVICE_PRIVATE` from the
+/// kernel's configuration, the driver's version from `/proc/driver/nvidia/version`.
+fn absence_facts() -> registry::AbsenceFacts {
+    let root = crate::doctor::root::Root::live(None);
+    let config = crate::doctor::collect::kernel::kernel_config_of(&root);
+    let driver = crate::host::driver::read_version_file(None)
+        .ok()
+        .map(|d| d.version);
+    match config.value {
+        Ok(c) => registry::AbsenceFacts {
+            device_private: Some(c.get("CONFIG_DEVICE_PRIVATE").is_some_and(|v| v == "y")),
+            config_source: config.source,
+            driver,
+        },
+        Err(why) => registry::AbsenceFacts {
+            device_private: None,
+            config_source: why.why,
+            driver,
+        },
+    }
 }
 
 /// Whether the kernel offers kprobes (the `kprobe` perf PMU, `CONFIG_KPROBES`).

@@ -596,6 +596,63 @@ impl fmt::Display for ProbeState {
     }
 }
 
+/// What the host says about why a module function may be absent: whether the kernel has
+/// `CONFIG_DEVICE_PRIVATE` (and where that was read), and the running driver's version.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AbsenceFacts {
+    /// `Some(on)` when the kernel's configuration was read; its source or why not.
+    pub device_private: Option<bool>,
+    pub config_source: String,
+    /// The running driver's version (`550.163.01`), when known.
+    pub driver: Option<String>,
+}
+
+/// The first number of a driver version (`550` of `550.163.01`).
+fn driver_branch(v: &str) -> Option<u32> {
+    v.split('.').next()?.parse().ok()
+}
+
+/// Why the function `symbol` of `module` is not in `/proc/kallsyms`, in the driver's own
+/// terms where they are known: UVM compiles its HMM code (`uvm_hmm_*`) only when the kernel
+/// has `CONFIG_HMM_MIRROR` and `CONFIG_DEVICE_PRIVATE` (`UVM_IS_CONFIG_HMM()`,
+/// `kernel-open/nvidia-uvm/uvm_linux.h`, 535.261.03 and 550.163.01); the fault-batch
+/// functions are `uvm_gpu_service_*` up to 550 and `uvm_parent_gpu_service_*` from 560.
+pub fn absence_reason(symbol: &str, module: Option<&str>, facts: &AbsenceFacts) -> String {
+    let generic = format!(
+        "{symbol} not in /proc/kallsyms{} (another kernel or driver version)",
+        module
+            .map(|m| format!(" for module {m}"))
+            .unwrap_or_default()
+    );
+    let branch = facts.driver.as_deref().and_then(driver_branch);
+    let drv = facts.driver.as_deref().unwrap_or("");
+    if symbol.starts_with("uvm_hmm_") {
+        return match facts.device_private {
+            Some(false) => format!(
+                "{symbol} not in /proc/kallsyms: compiled out, nvidia_uvm builds its HMM code only with \
+                 CONFIG_HMM_MIRROR and CONFIG_DEVICE_PRIVATE (UVM_IS_CONFIG_HMM) and this kernel has \
+                 CONFIG_DEVICE_PRIVATE off ({})",
+                facts.config_source
+            ),
+            Some(true) => generic,
+            None => format!(
+                "{generic}; nvidia_uvm compiles it out on kernels without CONFIG_DEVICE_PRIVATE, \
+                 and this kernel's configuration could not be read ({})",
+                facts.config_source
+            ),
+        };
+    }
+    match (symbol.strip_prefix("uvm_parent_gpu_"), symbol.strip_prefix("uvm_gpu_service_")) {
+        (Some(rest), _) if branch.is_some_and(|b| b < 560) => format!(
+            "{symbol} not in /proc/kallsyms: not in driver {drv}, added in 560 (before it: uvm_gpu_{rest})"
+        ),
+        (_, Some(rest)) if branch.is_some_and(|b| b >= 560) => format!(
+            "{symbol} not in /proc/kallsyms: driver {drv} calls it uvm_parent_gpu_service_{rest} (renamed in 560)"
+        ),
+        _ => generic,
+    }
+}
+
 /// Renders the `uvmwatch probes` table: one row per probe that is attached or required, then
 /// the others grouped by state, one line per distinct reason followed by the probes it applies
 /// to, listed compactly (`kprobe+kretprobe: a, b` for both probes of functions `a` and `b`).
@@ -770,6 +827,55 @@ pub fn with_reference_table(page: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_absent_module_function_says_why_in_the_drivers_terms() {
+        let debian = AbsenceFacts {
+            device_private: Some(false),
+            config_source: "/boot/config-6.12.117+deb12-amd64".into(),
+            driver: Some("550.163.01".into()),
+        };
+        let hmm = absence_reason("uvm_hmm_migrate_ranges", Some("nvidia_uvm"), &debian);
+        assert!(
+            hmm.contains("compiled out") && hmm.contains("CONFIG_DEVICE_PRIVATE off"),
+            "{hmm}"
+        );
+        assert!(hmm.contains("/boot/config-6.12.117+deb12-amd64"), "{hmm}");
+        let new = absence_reason(
+            "uvm_parent_gpu_service_replayable_faults",
+            Some("nvidia_uvm"),
+            &debian,
+        );
+        assert!(
+            new.contains("not in driver 550.163.01, added in 560"),
+            "{new}"
+        );
+        assert!(new.contains("uvm_gpu_service_replayable_faults"), "{new}");
+        let newer = AbsenceFacts {
+            driver: Some("590.48.01".into()),
+            device_private: Some(true),
+            ..debian.clone()
+        };
+        let old = absence_reason(
+            "uvm_gpu_service_replayable_faults",
+            Some("nvidia_uvm"),
+            &newer,
+        );
+        assert!(old.contains("renamed in 560"), "{old}");
+        // HMM compiled in and still absent, or no facts: the plain reason.
+        let plain = absence_reason("uvm_hmm_migrate_ranges", Some("nvidia_uvm"), &newer);
+        assert!(
+            plain.contains("another kernel or driver version"),
+            "{plain}"
+        );
+        let unknown = AbsenceFacts::default();
+        let u = absence_reason("uvm_hmm_migrate_ranges", Some("nvidia_uvm"), &unknown);
+        assert!(u.contains("could not be read"), "{u}");
+        assert!(
+            absence_reason("uvm_parent_gpu_service_replayable_faults", None, &unknown)
+                .contains("another kernel or driver version")
+        );
+    }
 
     #[test]
     fn kprobes_follow_the_kfunc_ids() {

@@ -35,6 +35,13 @@ pub const KERNEL_CONFIG_KEYS: [&str; 6] = [
     "CONFIG_ZONE_DEVICE",
 ];
 
+/// The kernel's configuration as [`collect_kernel_config`] reads it, for the running
+/// release (the probe registry's reasons, `agent/src/kernel/`).
+pub fn kernel_config_of(root: &Root) -> Fact<BTreeMap<String, String>> {
+    let kernel = collect_kernel(root);
+    collect_kernel_config(root, kernel.get().map(|k| k.release.as_str()))
+}
+
 /// `/proc/sys/kernel/osrelease` ([`parse_kernel_release`]).
 pub(super) fn collect_kernel(root: &Root) -> Fact<KernelInfo> {
     let text = read_fact(root.read_to_string(OSRELEASE_PATH), OSRELEASE_PATH, None);

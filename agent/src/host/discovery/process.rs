@@ -176,9 +176,9 @@ fn prefer_plain(mut target: LibTarget) -> LibTarget {
     target
 }
 
-/// The driver version in the name of the file a process opened as a libcuda
-/// (`libcuda.so.1` resolved inside its root to `libcuda.so.535.261.03` gives `535.261.03`);
-/// `None` when the path cannot be resolved or the file's name has no version.
+/// The driver release of the file a process opened as a libcuda, resolved inside its root
+/// ([`libcuda_file_version`]); `None` when the path cannot be resolved or neither its name
+/// nor its content tells.
 pub fn opened_libcuda_version(proc_root: &Path, pid: u32, path_in_ns: &str) -> Option<String> {
     let proc_dir = proc_root.join(pid.to_string());
     let host = in_root::resolve(
@@ -187,14 +187,64 @@ pub fn opened_libcuda_version(proc_root: &Path, pid: u32, path_in_ns: &str) -> O
         Path::new(path_in_ns),
     )
     .ok()?;
-    let name = host.file_name()?.to_str()?;
-    crate::doctor::collect::processes::libcuda_version(name)
+    libcuda_file_version(&host)
+}
+
+/// What NVIDIA's libcuda embeds in front of its release: the path of its release's
+/// application profiles, `/usr/share/nvidia/nvidia-application-profiles-<release>-rc`
+/// (seen in Debian's libcuda1 535.261.03 and 550.163.01).
+const PROFILES_MARK: &[u8] = b"nvidia-application-profiles-";
+
+/// The driver release of a libcuda file: from its name (`libcuda.so.535.261.03`), else
+/// from its content (a copy named `libcuda.so.1`: [`PROFILES_MARK`]); read once per new
+/// library.
+pub fn libcuda_file_version(path: &Path) -> Option<String> {
+    let name = path.file_name()?.to_str()?;
+    if let Some(v) = crate::doctor::collect::processes::libcuda_version(name) {
+        return Some(v);
+    }
+    let bytes = fs::read(path).ok()?;
+    for at in memchr::memmem::find_iter(&bytes, PROFILES_MARK) {
+        let rest = &bytes[at + PROFILES_MARK.len()..];
+        let n = rest
+            .iter()
+            .take(32)
+            .take_while(|b| b.is_ascii_digit() || **b == b'.')
+            .count();
+        if rest[n..].starts_with(b"-rc") {
+            let v = std::str::from_utf8(&rest[..n]).ok()?;
+            if crate::doctor::collect::processes::libcuda_version(&format!("libcuda.so.{v}"))
+                .is_some()
+            {
+                return Some(v.to_string());
+            }
+        }
+    }
+    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::tests::{ino, write};
     use super::*;
+
+    #[test]
+    fn the_release_of_a_libcuda_from_its_name_else_its_content() {
+        let d = tempfile::tempdir().unwrap();
+        let named = d.path().join("libcuda.so.550.163.01");
+        fs::write(&named, b"anything").unwrap();
+        assert_eq!(libcuda_file_version(&named).as_deref(), Some("550.163.01"));
+        // A copy named libcuda.so.1: the profiles path NVIDIA's library embeds.
+        let copy = d.path().join("libcuda.so.1");
+        fs::write(
+            &copy,
+            b"\x7fELF...nvidia-application-profiles-rc:/usr/share/nvidia/nvidia-application-profiles-535.261.03-rc:...",
+        )
+        .unwrap();
+        assert_eq!(libcuda_file_version(&copy).as_deref(), Some("535.261.03"));
+        fs::write(&copy, b"nvidia-application-profiles-rc only").unwrap();
+        assert_eq!(libcuda_file_version(&copy), None);
+    }
     use std::io::BufRead;
     use std::os::unix::fs::symlink;
     use std::process::{Command, Stdio};
