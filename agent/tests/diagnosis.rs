@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use common::{artifacts, metric, Agent};
 use serde_json::Value;
 use uvmwatch_testbed::{
-    snapshot::{smi_q, SmiGpu},
+    snapshot::{driver_refused_no_gpu, gpuless_535, gpuless_550, smi_q, SmiGpu},
     write_snapshot_fixture, ContextLine, FakeDev, FakeDevConfig, IoctlAction, IoctlRule,
     LibLocation, OpenDenial, Scenario, SnapshotSpec, Workload, WorkloadConfig,
 };
@@ -752,6 +752,147 @@ fn a_host_root_is_read_instead_of_the_containers_file_system() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--host-root"));
+}
+
+/// A snapshot tree of `spec` (one of the real GPU-less hosts of
+/// `uvmwatch_testbed::snapshot::gpuless`, or a near miss).
+fn host_of(spec: &SnapshotSpec) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("uvmwatch-snapshot")
+        .tempdir()
+        .unwrap();
+    write_snapshot_fixture(dir.path(), spec).unwrap();
+    dir
+}
+
+/// What the agent saw on the 550.163.01 host without a GPU (Debian's real driver in a VM):
+/// `cuInit` 999 after 80 ms, the only failed driver call `NV_ESC_RM_CONTROL` on
+/// `/dev/nvidiactl` with `NV_ERR_INVALID_LOCK_STATE`, the nodes opened.
+const GPULESS_OBSERVATIONS: &str = r#"{
+  "format": 1,
+  "pid": 3117,
+  "cuinit_result": 999,
+  "cuinit_seconds": 0.081,
+  "failed_call": {"call": "NV_ESC_RM_CONTROL", "node": "/dev/nvidiactl",
+                  "result": "NV_ERR_INVALID_LOCK_STATE", "seconds": 0.0004},
+  "device_opens": 3
+}"#;
+
+#[test]
+fn a_cuinit_999_on_a_driver_without_a_gpu_is_named_no_gpu_with_what_the_agent_saw() {
+    // No root needed: only files are read.
+    let snap = observed(host_of(&gpuless_550()), GPULESS_OBSERVATIONS);
+    let (code, v, _) = doctor_json(snap.path());
+    assert_eq!(code, Some(2), "{v:#}");
+    assert_eq!(v["status"], "critical");
+    let f = &v["findings"][0];
+    assert_eq!(f["rule"], "no_gpu", "{v:#}");
+    assert_eq!(f["severity"], "critical");
+    assert_eq!(f["confidence"], "high");
+    assert_eq!(f["basis"], "observed");
+    assert_eq!(f["runbook"], "docs/runbooks/no_gpu.md");
+    let evidence = f["evidence"].as_array().unwrap();
+    let from = |what: &str| {
+        evidence
+            .iter()
+            .find(|i| i["what"] == what)
+            .map(|i| (i["value"].as_str().unwrap(), i["source"].as_str().unwrap()))
+            .unwrap_or_else(|| panic!("no {what} in {evidence:#?}"))
+    };
+    assert_eq!(
+        from("cuInit returned"),
+        ("999 (CUDA_ERROR_UNKNOWN) after 0.081 s", "probe:cuInit")
+    );
+    assert!(from("failed driver call")
+        .0
+        .starts_with("NV_ESC_RM_CONTROL on /dev/nvidiactl -> NV_ERR_INVALID_LOCK_STATE"));
+    assert_eq!(
+        from("driver"),
+        (
+            "550.163.01 open kernel module, loaded",
+            "/proc/driver/nvidia/version"
+        )
+    );
+    assert_eq!(
+        from("GPUs registered"),
+        (
+            "empty: the driver registered no GPU",
+            "/proc/driver/nvidia/gpus"
+        )
+    );
+    assert_eq!(
+        from("nvidia-smi").0,
+        "Failed to initialize NVML: No supported GPUs were found (exit status 255)"
+    );
+    // The failure is explained: no unexplained_failure beside it.
+    assert_eq!(v["findings"].as_array().unwrap().len(), 1, "{v:#}");
+    let (_, text) = doctor_text(snap.path());
+    assert!(
+        text.contains(
+            "CRITICAL no_gpu: cuInit returned 999: the NVIDIA driver 550.163.01 is loaded but \
+             sees no GPU: CUDA cannot start (confidence: high)\n  basis: observed"
+        ),
+        "{text}"
+    );
+
+    // Near miss: the same observations on a host with its GPUs: no no_gpu, and the failure
+    // stays unexplained rather than healthy.
+    let snap = observed(healthy_host(), GPULESS_OBSERVATIONS);
+    let (code, v, _) = doctor_json(snap.path());
+    assert_eq!(code, Some(2), "{v:#}");
+    let rules: Vec<&str> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["rule"].as_str().unwrap())
+        .collect();
+    assert_eq!(rules, ["unexplained_failure"], "{v:#}");
+}
+
+#[test]
+fn a_driver_without_a_gpu_is_never_healthy_and_a_refused_one_is_no_nothing_to_diagnose() {
+    // Case A, both releases: loaded, no GPU, plain doctor: critical, not healthy.
+    for (spec, version) in [(gpuless_550(), "550.163.01"), (gpuless_535(), "535.261.03")] {
+        let snap = host_of(&spec);
+        let (code, text) = doctor_text(snap.path());
+        assert_eq!(code, Some(2), "{text}");
+        assert!(
+            text.starts_with("uvmwatch doctor: 1 critical (worst first)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "CRITICAL no_gpu: the NVIDIA driver {version} is loaded but sees no GPU"
+            )),
+            "{text}"
+        );
+        assert!(text.contains("$ lspci -nn -d 10de:"), "{text}");
+        assert!(!text.contains("healthy"), "{text}");
+    }
+    // Case B: the driver refused to load; the kernel log says why.
+    let snap = host_of(&driver_refused_no_gpu());
+    let (code, text) = doctor_text(snap.path());
+    assert_eq!(code, Some(2), "{text}");
+    assert!(!text.contains("nothing to diagnose"), "{text}");
+    assert!(
+        text.contains("NVRM: No NVIDIA GPU found.  [dmesg]"),
+        "{text}"
+    );
+    let (code, v, _) = doctor_json(snap.path());
+    assert_eq!((code, v["status"].as_str()), (Some(2), Some("critical")));
+    // Near miss: no driver and nothing in the kernel log about it: still nothing to
+    // diagnose, exit 0.
+    let silent = SnapshotSpec {
+        dmesg: Some("[    0.000000] Linux version 6.12.117+deb12-amd64\n".into()),
+        ..driver_refused_no_gpu()
+    };
+    let snap = host_of(&silent);
+    let (code, text) = doctor_text(snap.path());
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("nothing to diagnose on this machine"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -996,6 +996,52 @@ mod tests {
     }
 
     #[test]
+    fn a_bundle_keeps_the_gpu_list_and_how_nvidia_smi_ended() {
+        for spec in [
+            SnapshotSpec::default(),
+            gpuless_550(),
+            driver_refused_no_gpu(),
+        ] {
+            let src = tempfile::tempdir().unwrap();
+            write_snapshot_fixture(src.path(), &spec).unwrap();
+            let rec = Recorder::new();
+            let original = collect(&Root::Snapshot(src.path().to_path_buf()).recording(&rec));
+            let out = tempfile::tempdir().unwrap();
+            let bundle = out.path().join("b.tar.gz");
+            write_bundle(&rec, &original, None, &bundle).unwrap();
+            let (_guard, root) = open_bundle(&bundle).unwrap();
+            let replayed = collect(&root);
+            assert_eq!(replayed.gpus, original.gpus);
+            assert_eq!(replayed.smi_outcome, original.smi_outcome);
+            assert_eq!(replayed, original);
+            // Only the directories are kept, not the files the driver has in them.
+            let names = member_names(&bundle);
+            assert!(
+                names.iter().all(|n| !n.ends_with("/information")),
+                "{names:?}"
+            );
+        }
+        // Two GPUs listed, the empty list of a GPU-less host, the verdicts.
+        let e = |spec: &SnapshotSpec| {
+            let src = tempfile::tempdir().unwrap();
+            write_snapshot_fixture(src.path(), spec).unwrap();
+            collect(&Root::Snapshot(src.path().to_path_buf()))
+        };
+        assert_eq!(
+            e(&SnapshotSpec::default()).gpus.get().unwrap(),
+            &["0000:18:00.0", "0000:2a:00.0"]
+        );
+        assert_eq!(e(&gpuless_550()).gpus.get().unwrap(), &Vec::<String>::new());
+        let (before, after, _) = diagnosis_before_and_after_a_bundle(&gpuless_550(), None);
+        assert_eq!(before[0].rule, "no_gpu");
+        assert_eq!(after, before);
+        let (before, after, _) =
+            diagnosis_before_and_after_a_bundle(&driver_refused_no_gpu(), None);
+        assert_eq!(before[0].rule, "no_gpu");
+        assert_eq!(after, before);
+    }
+
+    #[test]
     fn a_bundle_with_observations_gives_the_findings_of_the_run_that_wrote_it() {
         use crate::doctor::fixtures::{incident_spec, register_gpu_no_memory, watched, Saw};
         // The motivating incident, observed: hmm_setup_failure, critical.

@@ -108,6 +108,53 @@ pub struct SmiInfo {
     pub driver_version: Option<String>,
 }
 
+/// What `nvidia-smi -q` said about the GPUs as a whole: whether it listed them, found none,
+/// could not reach the driver, or failed otherwise. Read from its exit status and output
+/// (`collect::smi::classify_smi`); the rules tell "the driver reports no GPU" from the rest
+/// by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SmiVerdict {
+    /// It ran and listed at least one GPU.
+    GpusListed,
+    /// The driver answers but reports no GPU: `No devices were found` (exit 6 on most
+    /// releases), `Failed to initialize NVML: No supported GPUs were found` (550, exit 255),
+    /// `Failed to initialize NVML: Unknown Error` (535 without a GPU, exit 255; also what
+    /// NVML says when device access is denied), or a listing with no GPU in it.
+    NoGpu,
+    /// `NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver`
+    /// (exit 9): no driver loaded.
+    NoDriver,
+    /// Any other failure (`Driver/library version mismatch`, `Insufficient Permissions`, a
+    /// signal, ...).
+    Failed,
+}
+
+impl SmiVerdict {
+    /// The name used in JSON (`no_gpu`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SmiVerdict::GpusListed => "gpus_listed",
+            SmiVerdict::NoGpu => "no_gpu",
+            SmiVerdict::NoDriver => "no_driver",
+            SmiVerdict::Failed => "failed",
+        }
+    }
+}
+
+/// How `nvidia-smi -q` ended ([`Evidence::smi_outcome`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SmiOutcome {
+    /// What it said about the GPUs.
+    pub verdict: SmiVerdict,
+    /// `exit status 255`, `signal 9`, ...; `None` when it exited 0 (or when a snapshot kept
+    /// only its output).
+    pub status: Option<String>,
+    /// The line the verdict rests on (`Failed to initialize NVML: No supported GPUs were
+    /// found`), or the first line of a failure's output; `None` for a listing.
+    pub message: Option<String>,
+}
+
 /// Lines of interest from the kernel log, with their text.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KernelLog {
@@ -130,6 +177,14 @@ pub struct KernelLog {
     pub hmm_errors: Vec<String>,
     /// A resume from suspend logged after `nvidia-uvm` was loaded.
     pub resumed_after_uvm_load: bool,
+    /// The driver's own lines saying, as it failed to load, that it found no GPU to drive
+    /// (`collect::kernel_log::NO_GPU_LINES`: `NVRM: No NVIDIA GPU found.`, `NVRM: No NVIDIA
+    /// devices probed.`, `NVRM: None of the NVIDIA devices were initialized.`, `NVRM: The
+    /// NVIDIA probe routine was not called for N device(s).`, `NVRM: GPU ... is already bound
+    /// to vfio-pci.`), those after the last successful load (`NVRM: loading ...`), the first
+    /// 20.
+    #[serde(default)]
+    pub no_gpu: Vec<String>,
     /// Bytes of older log left out: only the newest
     /// [`KERNEL_LOG_LIMIT`](crate::doctor::input::KERNEL_LOG_LIMIT) are read (0 when the
     /// log was read whole).
@@ -185,6 +240,17 @@ pub struct Evidence {
     pub iomem_hmm: Fact<Vec<String>>,
     /// `nvidia-smi -q`.
     pub smi: Fact<SmiInfo>,
+    /// How `nvidia-smi -q` ended: it listed GPUs, found none, could not reach the driver, or
+    /// failed otherwise (unknown, with the same reason as [`Evidence::smi`], when it could
+    /// not run or was not captured).
+    #[serde(default = "absent_smi_outcome")]
+    pub smi_outcome: Fact<SmiOutcome>,
+    /// Entries of `/proc/driver/nvidia/gpus/`: one directory per GPU the driver registered,
+    /// named by its PCI address (`0000:18:00.0`), sorted. Empty: the driver is loaded and has
+    /// no GPU. Global (procfs of the driver): a container sees the host's GPUs here, whatever
+    /// it was given.
+    #[serde(default = "absent_gpus")]
+    pub gpus: Fact<Vec<String>>,
     /// `/dev/kmsg` (or `dmesg`).
     pub kernel_log: Fact<KernelLog>,
     /// Names of running processes of interest that were found (`nv-fabricmanager`,
@@ -193,6 +259,19 @@ pub struct Evidence {
     /// libcuda mapped by each process that has one mapped.
     pub libcuda: Fact<Vec<MappedLibcuda>>,
 }
+
+/// [`Evidence::smi_outcome`] of an `evidence.json` written before the fact existed.
+fn absent_smi_outcome() -> Fact<SmiOutcome> {
+    Fact::unavailable(NOT_RECORDED, "nvidia-smi -q")
+}
+
+/// [`Evidence::gpus`] of an `evidence.json` written before the fact existed.
+fn absent_gpus() -> Fact<Vec<String>> {
+    Fact::unavailable(NOT_RECORDED, "/proc/driver/nvidia/gpus")
+}
+
+/// Why a fact is unknown in an `evidence.json` written by a uvmwatch that did not read it.
+const NOT_RECORDED: &str = "not recorded: written by a uvmwatch that did not read it";
 
 /// A driver call the probes saw.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

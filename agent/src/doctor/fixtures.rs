@@ -18,7 +18,7 @@ use uvmwatch_testbed::snapshot::{
 use super::collect::collect;
 use super::facts::{
     ContainerInfo, DevNode, DriverInfo, Evidence, Fact, KernelInfo, KernelLog, MappedLibcuda,
-    Observations, SeenCall, SmiInfo,
+    Observations, SeenCall, SmiInfo, SmiOutcome, SmiVerdict,
 };
 use super::root::Root;
 
@@ -57,7 +57,8 @@ fn kernel_config(release: &str) -> Fact<BTreeMap<String, String>> {
 }
 
 /// A working host: open module 590.48.01, HMM on (`uvm_disable_hmm=N`), KASLR on, one
-/// GPU, persistence on, on a 6.12 kernel (which has the x86/kaslr fix). No rule fires.
+/// GPU (registered, listed by nvidia-smi, its node there), persistence on, on a 6.12 kernel
+/// (which has the x86/kaslr fix). No rule fires.
 pub fn healthy_open_host() -> Evidence {
     let release = "6.12.0-55-generic";
     Evidence {
@@ -142,6 +143,15 @@ pub fn healthy_open_host() -> Evidence {
             },
             "nvidia-smi -q",
         ),
+        smi_outcome: Fact::ok(
+            SmiOutcome {
+                verdict: SmiVerdict::GpusListed,
+                status: None,
+                message: None,
+            },
+            "nvidia-smi -q",
+        ),
+        gpus: Fact::ok(vec!["0000:18:00.0".into()], "/proc/driver/nvidia/gpus"),
         kernel_log: Fact::ok(KernelLog::default(), "/dev/kmsg"),
         daemons: Fact::ok(vec!["nvidia-persistenced".into()], "/proc/*/comm"),
         libcuda: Fact::ok(
@@ -173,6 +183,8 @@ pub fn no_driver_host() -> Evidence {
     e.devices = Fact::ok(BTreeMap::new(), "/proc/devices");
     e.dev_nodes = Fact::ok(vec![], "/dev");
     e.smi = Fact::unavailable("nvidia-smi not present", "nvidia-smi -q");
+    e.smi_outcome = Fact::unavailable("nvidia-smi not present", "nvidia-smi -q");
+    e.gpus = Fact::unavailable(NO_FILE, "/proc/driver/nvidia/gpus");
     e.daemons = Fact::ok(vec![], "/proc/*/comm");
     e.libcuda = Fact::ok(vec![], "/proc/*/maps");
     e

@@ -338,6 +338,7 @@ fn unavailable_facts(e: &Evidence) -> Vec<String> {
     let mut out = Vec::new();
     one(&mut out, &e.driver, "driver version");
     one(&mut out, &e.driver_params, "driver parameters");
+    one(&mut out, &e.gpus, "GPUs the driver registered");
     one(&mut out, &e.uvm_params, "nvidia_uvm parameters");
     one(&mut out, &e.modules, "loaded modules");
     one(&mut out, &e.devices, "device majors");
@@ -348,6 +349,7 @@ fn unavailable_facts(e: &Evidence) -> Vec<String> {
     one(&mut out, &e.kernel_config, "kernel config");
     one(&mut out, &e.cmdline, "kernel command line");
     one(&mut out, &e.iomem_hmm, "HMM memory regions");
+    // `smi_outcome` is unknown only when `smi` is, for the same reason: not repeated.
     one(&mut out, &e.smi, "nvidia-smi");
     one(&mut out, &e.kernel_log, "kernel log");
     one(&mut out, &e.daemons, "daemons");
@@ -573,6 +575,65 @@ mod tests {
         );
         assert_eq!(status(&[f(Severity::Info)], &e), "info");
         assert_ne!(EXIT_COULD_NOT_RUN, EXIT_CRITICAL);
+    }
+
+    #[test]
+    fn a_driver_that_sees_no_gpu_is_never_healthy_nor_nothing_to_diagnose() {
+        use uvmwatch_testbed::snapshot::{driver_refused_no_gpu, gpuless_535, gpuless_550};
+        for (what, spec, headline) in [
+            (
+                "550 loaded without a GPU",
+                gpuless_550(),
+                "CRITICAL no_gpu: the NVIDIA driver 550.163.01 is loaded but sees no GPU",
+            ),
+            (
+                "535 loaded without a GPU",
+                gpuless_535(),
+                "CRITICAL no_gpu: the NVIDIA driver 535.261.03 is loaded but sees no GPU",
+            ),
+            (
+                "driver refused to load",
+                driver_refused_no_gpu(),
+                "CRITICAL no_gpu: the NVIDIA driver refused to load: it found no NVIDIA GPU",
+            ),
+        ] {
+            let e = snapshot_evidence(&spec);
+            let findings = diagnose(&e, &plain());
+            let text = text_of(&findings, &e, false);
+            assert!(
+                text.starts_with("uvmwatch doctor: 1 critical (worst first)\n"),
+                "{what}: {text}"
+            );
+            assert!(text.contains(headline), "{what}: {text}");
+            assert!(!text.contains("healthy"), "{what}: {text}");
+            assert!(!text.contains("nothing to diagnose"), "{what}: {text}");
+            let v = json_of(&findings, &e, &plain());
+            assert_eq!(
+                (v["status"].as_str(), v["exit_code"].as_u64()),
+                (Some("critical"), Some(u64::from(EXIT_CRITICAL))),
+                "{what}"
+            );
+        }
+        // The new facts in the JSON document, as documented.
+        let e = snapshot_evidence(&gpuless_550());
+        let v = json_of(&[], &e, &plain());
+        assert_eq!(v["evidence"]["gpus"]["value"]["Ok"], json!([]));
+        assert_eq!(v["evidence"]["gpus"]["source"], "/proc/driver/nvidia/gpus");
+        assert_eq!(
+            v["evidence"]["smi_outcome"]["value"]["Ok"],
+            json!({"verdict": "no_gpu", "status": "exit status 255",
+                   "message": "Failed to initialize NVML: No supported GPUs were found"})
+        );
+        let e = snapshot_evidence(&driver_refused_no_gpu());
+        let v = json_of(&[], &e, &plain());
+        assert_eq!(
+            v["evidence"]["kernel_log"]["value"]["Ok"]["no_gpu"][0],
+            "[    3.499020] NVRM: No NVIDIA GPU found."
+        );
+        assert_eq!(
+            v["evidence"]["smi_outcome"]["value"]["Ok"]["verdict"],
+            "no_driver"
+        );
     }
 
     /// A report of `findings` with observations `o` read from a snapshot's file.

@@ -163,12 +163,17 @@ fn incident_host() -> PathBuf {
 /// An observer over the stand-in, with thresholds 3 s (`cuInit`) and 2 s (ioctls), and the
 /// incident's facts; started, with its start-up events taken.
 fn observer(proc_root: &Path) -> (Observer<FakeKernel>, Recording) {
+    observer_with_facts(proc_root, incident_host())
+}
+
+/// [`observer`] with the facts of the snapshot at `facts`.
+fn observer_with_facts(proc_root: &Path, facts: PathBuf) -> (Observer<FakeKernel>, Recording) {
     let cfg = RunConfig {
         cuinit_stall: Duration::from_secs(3),
         ioctl_stall: Duration::from_secs(2),
         proc_root: proc_root.to_path_buf(),
         proc_scan: false,
-        facts: Some(FactsFrom::Snapshot(incident_host())),
+        facts: Some(FactsFrom::Snapshot(facts)),
         driver: DriverFrom::LiveElseSnapshot {
             host_root: Some(std::path::PathBuf::from("/nonexistent")),
         },
@@ -923,4 +928,91 @@ fn a_late_cuinit_seen_returning_has_its_real_result() {
     assert_eq!(end.late.as_ref().unwrap().ended, "returned");
     assert!(end.late.unwrap().result_basis.is_empty());
     assert_eq!(end.call.driver_calls, 1);
+}
+
+/// Debian's real driver 550.163.01 loaded on a VM without a GPU (`cargo xtask vm-test`; the
+/// facts are `uvmwatch_testbed::snapshot::gpuless_550`): the control and UVM nodes open, one
+/// `NV_ESC_RM_CONTROL` on `/dev/nvidiactl` fails with `NV_ERR_INVALID_LOCK_STATE` (0x2f),
+/// and `cuInit` returns 999 after 80 ms. The host's facts explain it: `no_gpu` rides on the
+/// `cuinit_end`, observed, with the result and the failed call among its evidence; the static
+/// finding of the same rule was reported at start. A successful `cuInit` there is not judged.
+#[test]
+fn a_cuinit_999_on_a_driver_without_a_gpu_is_named_no_gpu() {
+    let facts = tempfile::tempdir().unwrap();
+    uvmwatch_testbed::write_snapshot_fixture(
+        facts.path(),
+        &uvmwatch_testbed::snapshot::gpuless_550(),
+    )
+    .unwrap();
+    let root = fake_proc();
+    let (mut o, rec) = observer_with_facts(root.path(), facts.path().to_path_buf());
+    let t = clock::monotonic_ns();
+    o.handle(cuinit_enter(PID, t));
+    let mut ctl = OpenEvent {
+        header: header(EVENT_OPEN, PID, t + MS),
+        start_ns: t,
+        ret: 3,
+        flags: OPEN_IN_CUINIT,
+        node: node::CTL,
+        minor: 255,
+        ..OpenEvent::default()
+    };
+    ctl.path[..14].copy_from_slice(b"/dev/nvidiactl");
+    o.handle(Record::Open(ctl));
+    o.handle(rm_ioctl(PID, t + 2 * MS, t + 3 * MS, 0));
+    o.handle(rm_ioctl(PID, t + 4 * MS, t + 5 * MS, 0x2f));
+    o.handle(open(PID, "/dev/nvidia-uvm", t + 6 * MS, 4, OPEN_IN_CUINIT));
+    o.handle(cuinit_exit(PID, t, t + 80 * MS, 999));
+    let evs = rec.take();
+    let end = the_end(&evs);
+    assert_eq!((end.code, end.result.as_str()), (999, "CUDA_ERROR_UNKNOWN"));
+    let failure = end.call.last_failure.clone().unwrap();
+    assert_eq!(
+        (failure.what.as_str(), failure.result.as_str()),
+        (
+            "NV_ESC_RM_CONTROL on /dev/nvidiactl",
+            "NV_ERR_INVALID_LOCK_STATE"
+        )
+    );
+    let rules: Vec<&str> = end.findings.iter().map(|f| f.rule.as_str()).collect();
+    assert_eq!(rules, ["no_gpu"]);
+    let f = &end.findings[0];
+    assert_eq!(f.basis, Basis::Observed);
+    assert!(
+        f.title.starts_with(
+            "cuInit returned 999: the NVIDIA driver 550.163.01 is loaded but sees no GPU"
+        ),
+        "{}",
+        f.title
+    );
+    let ev = f.evidence_text();
+    for needle in [
+        "cuInit returned=999 (CUDA_ERROR_UNKNOWN) after 0.080 s [probe:cuInit]",
+        "NV_ESC_RM_CONTROL on /dev/nvidiactl -> NV_ERR_INVALID_LOCK_STATE",
+        "[probe:ioctl]",
+        "GPUs registered=empty: the driver registered no GPU [/proc/driver/nvidia/gpus]",
+        "Failed to initialize NVML: No supported GPUs were found (exit status 255) [nvidia-smi -q]",
+    ] {
+        assert!(ev.contains(needle), "{needle}: {ev}");
+    }
+    // One diagnosis event for it, triggered by the cuInit.
+    let d: Vec<_> = evs
+        .iter()
+        .filter_map(|e| match &e.kind {
+            Kind::Diagnosis(d) => Some(d),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(d.len(), 1);
+    assert_eq!(
+        (d[0].finding.rule.as_str(), d[0].trigger),
+        ("no_gpu", Trigger::CuinitEnd)
+    );
+
+    // Near miss: a cuInit that succeeds there is not judged.
+    o.handle(cuinit_enter(PID, t + S));
+    o.handle(cuinit_exit(PID, t + S, t + S + 300 * MS, 0));
+    let end = the_end(&rec.take());
+    assert_eq!(end.code, 0);
+    assert!(end.findings.is_empty());
 }

@@ -4,13 +4,14 @@
 //! `docs/doctor-bundle.md`). [`SnapshotSpec::default`] is a healthy host: open driver
 //! 590.48.01 with HMM on, two H200 GPUs, KASLR on, persistence daemon running. Change the
 //! fields to describe a failure; [`smi_q`] and [`boot_dmesg`] plus the `DMESG_*` excerpts
-//! build the command outputs.
+//! build the command outputs. [`gpuless`] has real hosts whose driver finds no GPU.
 //!
 //! This crate does not depend on the agent: `dev/nodes.json` is written from the format
 //! documented in `docs/doctor-bundle.md` ([`NodesFile`] here), and the agent's tests read
 //! every tree back through the real collectors.
 
 mod dmesg;
+pub mod gpuless;
 mod smi;
 
 use std::fs;
@@ -23,6 +24,7 @@ pub use dmesg::{
     boot_dmesg, DMESG_ADAPTER_INIT_FAILED, DMESG_API_MISMATCH, DMESG_HMM_ERR_34,
     DMESG_HUNG_TASK_OTHER, DMESG_HUNG_TASK_UVM, DMESG_RESUME, DMESG_SOFT_LOCKUP_UVM, DMESG_XID_79,
 };
+pub use gpuless::{driver_refused_no_gpu, gpuless_535, gpuless_550};
 pub use smi::{smi_q, SmiGpu};
 
 /// Snapshot file describing the device nodes, relative to the snapshot root.
@@ -179,8 +181,16 @@ pub struct SnapshotSpec {
     pub nokaslr: bool,
     /// `/proc/iomem` has `nvidia-uvm-hmm` regions (one per GPU node).
     pub iomem_hmm: bool,
-    /// `nvidia-smi -q` output (`commands/nvidia-smi.txt`); `None` = not captured.
+    /// `nvidia-smi -q` output (`commands/nvidia-smi.txt`); `None` = not captured (or
+    /// failed, with [`SnapshotSpec::smi_failure`]).
     pub smi: Option<String>,
+    /// `nvidia-smi -q` failed: its exit status (`exit status 255`) and output, kept in
+    /// `manifest.json` as the doctor's bundles keep a failed command (`command_errors`).
+    pub smi_failure: Option<(String, String)>,
+    /// Entries of `/proc/driver/nvidia/gpus/` (PCI addresses, `0000:18:00.0`), each a
+    /// directory with its `information` file, written when the driver is loaded; `None` =
+    /// no such directory (a snapshot that did not record it). Empty: the driver has no GPU.
+    pub gpus: Option<Vec<String>>,
     /// Kernel log (`commands/dmesg.txt`); `None` = not captured.
     pub dmesg: Option<String>,
     /// `/dev` entries (`dev/nodes.json`), NVSwitch nodes included.
@@ -193,6 +203,9 @@ pub struct SnapshotSpec {
     pub daemons: Vec<String>,
     /// Processes with libcuda mapped.
     pub processes: Vec<ProcessSpec>,
+    /// More files `(absolute path, contents)`, written last: they replace what the other
+    /// fields wrote (a real host's exact `/proc/devices`, say).
+    pub files: Vec<(String, String)>,
 }
 
 impl Default for SnapshotSpec {
@@ -215,8 +228,23 @@ impl Default for SnapshotSpec {
             device_allow: None,
             daemons: vec!["nvidia-persistenced".to_string()],
             processes: Vec::new(),
+            smi_failure: None,
+            gpus: Some(gpu_addresses(2)),
+            files: Vec::new(),
         }
     }
+}
+
+/// The PCI addresses of the first `n` GPUs of [`SmiGpu::h200`] as the driver names its
+/// `/proc/driver/nvidia/gpus/` entries (`0000:18:00.0`, `0000:2a:00.0`, ...).
+pub fn gpu_addresses(n: u32) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let bus = SmiGpu::h200(i).bus_id;
+            // `00000000:18:00.0` in nvidia-smi, `0000:18:00.0` (lower case) in procfs.
+            bus[4..].to_lowercase()
+        })
+        .collect()
 }
 
 /// Contents of `dev/nodes.json` (`docs/doctor-bundle.md`, "Device nodes").
@@ -286,10 +314,12 @@ pub fn standard_nodes(gpus: u32, uvm_major: u32) -> Vec<NodeSpec> {
 /// `proc/sys/kernel/osrelease`, `boot/config-<release>`, `proc/cmdline`, `proc/iomem`,
 /// `proc/modules`, `proc/devices`, `proc/driver/nvidia/{version,params}` (driver
 /// loaded), `sys/module/nvidia_uvm/parameters/*` (uvm loaded), `dev/nodes.json`,
-/// `commands/{nvidia-smi,dmesg}.txt` (when given), `proc/{1,self}/cgroup`,
+/// `proc/driver/nvidia/gpus/<pci>/information` (driver loaded, [`SnapshotSpec::gpus`]),
+/// `commands/{nvidia-smi,dmesg}.txt` (when given), `manifest.json` (a failed
+/// `nvidia-smi`), `proc/{1,self}/cgroup`,
 /// `proc/1/environ`, `/.dockerenv` or `/run/.containerenv` (by container),
 /// `sys/fs/cgroup/devices/devices.list` (cgroup v1) and `proc/<pid>/{comm,maps}` of
-/// the daemons (pids from 1000) and processes.
+/// the daemons (pids from 1000) and processes, then [`SnapshotSpec::files`].
 ///
 /// Errors: writing under `dir` failed.
 pub fn write_snapshot_fixture(dir: &Path, spec: &SnapshotSpec) -> io::Result<()> {
@@ -329,6 +359,15 @@ pub fn write_snapshot_fixture(dir: &Path, spec: &SnapshotSpec) -> io::Result<()>
             .as_bytes(),
         )?;
         put("/proc/driver/nvidia/params", DRIVER_PARAMS.as_bytes())?;
+        if let Some(gpus) = &spec.gpus {
+            fs::create_dir_all(dir.join("proc/driver/nvidia/gpus"))?;
+            for (minor, pci) in gpus.iter().enumerate() {
+                put(
+                    &format!("/proc/driver/nvidia/gpus/{pci}/information"),
+                    gpu_information(pci, minor).as_bytes(),
+                )?;
+            }
+        }
     }
     if spec.uvm_loaded {
         let hmm = if spec.uvm_disable_hmm { "Y" } else { "N" };
@@ -360,6 +399,24 @@ pub fn write_snapshot_fixture(dir: &Path, spec: &SnapshotSpec) -> io::Result<()>
     if let Some(dmesg) = &spec.dmesg {
         put("/commands/dmesg.txt", dmesg.as_bytes())?;
     }
+    if let Some((status, output)) = &spec.smi_failure {
+        // The manifest of docs/doctor-bundle.md, with only the failed command in it.
+        let manifest = serde_json::json!({
+            "format": 1,
+            "command_errors": {
+                "nvidia-smi": {
+                    "kind": "failed",
+                    "command": "nvidia-smi -q",
+                    "status": status,
+                    "output": output,
+                }
+            }
+        });
+        put(
+            "/manifest.json",
+            &serde_json::to_vec_pretty(&manifest).map_err(io::Error::other)?,
+        )?;
+    }
     write_container(spec, &put)?;
     put("/proc/1/comm", b"systemd\n")?;
     for (i, name) in spec.daemons.iter().enumerate() {
@@ -374,7 +431,29 @@ pub fn write_snapshot_fixture(dir: &Path, spec: &SnapshotSpec) -> io::Result<()>
             maps(&p.libcuda).as_bytes(),
         )?;
     }
+    for (path, contents) in &spec.files {
+        put(path, contents.as_bytes())?;
+    }
     Ok(())
+}
+
+/// `/proc/driver/nvidia/gpus/<pci>/information` of an H200, in the driver's format
+/// (`nv_procfs_read_gpu_info`, `kernel-open/nvidia/nv-procfs.c`).
+fn gpu_information(pci: &str, minor: usize) -> String {
+    format!(
+        "Model: \t\t NVIDIA H200\n\
+         IRQ:   \t\t {irq}\n\
+         GPU UUID: \t GPU-5f3c2a9d-0e71-b4c6-a5d2-e9f0817c3b{minor:02x}\n\
+         Video BIOS: \t 96.00.a5.00.01\n\
+         Bus Type: \t PCIe\n\
+         DMA Size: \t 52 bits\n\
+         DMA Mask: \t 0xfffffffffffff\n\
+         Bus Location: \t {pci}\n\
+         Device Minor: \t {minor}\n\
+         GPU Firmware: \t 590.48.01\n\
+         GPU Excluded:\t No\n",
+        irq = 400 + minor
+    )
 }
 
 fn comm(name: &str) -> String {

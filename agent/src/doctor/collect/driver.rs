@@ -1,5 +1,5 @@
-//! The nvidia kernel module as it reports itself: `/proc/driver/nvidia/version` and
-//! `params`, and the `nvidia_uvm` module parameters in sysfs.
+//! The nvidia kernel module as it reports itself: `/proc/driver/nvidia/version`, `params`
+//! and the GPUs it registered (`gpus/`), and the `nvidia_uvm` module parameters in sysfs.
 
 use std::collections::BTreeMap;
 
@@ -12,6 +12,10 @@ pub use crate::host::driver::VERSION_PATH as DRIVER_VERSION_PATH;
 
 /// `/proc/driver/nvidia/params` (nvidia module parameters as `Key: value`).
 pub const DRIVER_PARAMS_PATH: &str = "/proc/driver/nvidia/params";
+
+/// `/proc/driver/nvidia/gpus` (one directory per GPU the driver registered, named by its
+/// PCI address; NVIDIA's `kernel-open/nvidia/nv-procfs.c`).
+pub const GPUS_DIR: &str = "/proc/driver/nvidia/gpus";
 
 /// `/sys/module/nvidia_uvm/parameters` (one file per `nvidia_uvm` module parameter).
 pub const UVM_PARAMS_DIR: &str = "/sys/module/nvidia_uvm/parameters";
@@ -34,6 +38,35 @@ pub(super) fn collect_driver_params(root: &Root) -> Fact<BTreeMap<String, String
         Some("the nvidia kernel module is not loaded (no /proc/driver/nvidia/params)"),
     )
     .map_ok(|t| parse_key_values(&t))
+}
+
+/// The entries of `/proc/driver/nvidia/gpus`, sorted: empty when the driver is loaded with
+/// no GPU.
+///
+/// Each entry is listed too (never read): a bundle then keeps it as a directory, so a re-run
+/// sees the same GPUs. Its `information` file is not read, since reading it takes a power
+/// reference on the GPU in the driver (`rm_ref_dynamic_power` in `nv_procfs_read_gpu_info`),
+/// which would wake one in runtime D3: the agent observes and must not do that.
+pub(super) fn collect_gpus(root: &Root) -> Fact<Vec<String>> {
+    let names = match root.read_dir(GPUS_DIR) {
+        Ok(names) => names,
+        Err(err) => {
+            return Fact::unavailable(
+                why_unreadable(
+                    &err,
+                    Some(
+                        "no /proc/driver/nvidia/gpus (the nvidia kernel module is not loaded, \
+                         or the snapshot was written without it)",
+                    ),
+                ),
+                GPUS_DIR,
+            )
+        }
+    };
+    for name in &names {
+        let _ = root.read_dir(&format!("{GPUS_DIR}/{name}"));
+    }
+    Fact::ok(names, GPUS_DIR)
 }
 
 /// Every readable file of `/sys/module/nvidia_uvm/parameters`, by name.

@@ -1,6 +1,6 @@
 //! The kernel log (`/dev/kmsg` or `dmesg`): the NVIDIA lines, Xids, API mismatches, adapter
-//! failures, HMM set-up errors, resumes, and reports (lockups, hung tasks, oops) in NVIDIA
-//! code.
+//! failures, HMM set-up errors, resumes, a driver load refused for want of a GPU, and
+//! reports (lockups, hung tasks, oops) in NVIDIA code.
 
 use super::super::facts::{Fact, KernelLog};
 use super::super::input::clip;
@@ -87,6 +87,37 @@ pub fn adapter_cause(line: &str) -> Option<AdapterCause> {
         .map(|(_, cause)| *cause)
 }
 
+/// Substrings of the lines `nvidia.ko` prints when it refuses to load because it has no GPU
+/// to drive (NVIDIA open-gpu-kernel-modules, `kernel-open/nvidia/nv.c`,
+/// `nvidia_init_module`, which then fails with `-ENODEV`, unless an NVSwitch is present):
+/// no NVIDIA PCI device at all; devices another driver took (the probe routine not called,
+/// then none probed); devices probed but none initialized (the lines before it say why).
+/// The last one, `NVRM: GPU <pci> is already bound to vfio-pci.`, names the driver that
+/// holds a GPU (as public kernel logs of passthrough set-ups show it, just before the probe
+/// line).
+pub const NO_GPU_LINES: &[&str] = &[
+    "NVRM: No NVIDIA GPU found.",
+    "NVRM: The NVIDIA probe routine was not called for",
+    "NVRM: No NVIDIA devices probed.",
+    "NVRM: None of the NVIDIA devices were initialized.",
+    "is already bound to",
+];
+
+/// Most [`KernelLog::no_gpu`] lines kept (the first after the last successful load).
+pub const MAX_NO_GPU_LINES: usize = 20;
+
+/// Start of the line `nvidia.ko` prints once it has loaded (`nvidia_init_module`).
+const DRIVER_LOADED: &str = "NVRM: loading ";
+
+/// Whether a kernel message is one of [`NO_GPU_LINES`] (the `already bound` line only with
+/// its `NVRM: GPU` start).
+pub fn is_no_gpu_line(msg: &str) -> bool {
+    NO_GPU_LINES.iter().any(|p| match *p {
+        "is already bound to" => msg.starts_with("NVRM: GPU ") && msg.contains(p),
+        p => msg.contains(p),
+    })
+}
+
 /// Most lines of a kernel report (after its first line) searched for nvidia frames.
 const MAX_REPORT_LINES: usize = 120;
 
@@ -104,7 +135,10 @@ const MAX_REPORT_LINES: usize = 120;
 ///   symbol (see [`names_nvidia_symbol`]);
 /// - `hmm_errors`: `request_free_mem_region() err` lines (`uvm_debug_prints=1`);
 /// - `resumed_after_uvm_load`: a `PM: suspend exit`, `PM: hibernation: hibernation exit` or
-///   `ACPI: PM: Waking up` line after the last `nvidia-uvm: Loaded the UVM driver` line.
+///   `ACPI: PM: Waking up` line after the last `nvidia-uvm: Loaded the UVM driver` line;
+/// - `no_gpu`: the lines of a driver load refused for want of a GPU ([`NO_GPU_LINES`]) after
+///   the last `NVRM: loading ...` line (a later successful load makes them history), the
+///   first [`MAX_NO_GPU_LINES`].
 ///
 /// Lines are kept as they were read (with their timestamps), a line longer than
 /// [`MAX_KEPT_LINE_BYTES`] cut by [`clip`]; of `adapter_init_failed`, `hmm_errors` and
@@ -123,6 +157,12 @@ pub fn parse_kernel_log(text: &str) -> KernelLog {
     let mut last_resume = None;
     for (i, line) in lines.iter().enumerate() {
         let msg = kernel_message(line);
+        if msg.starts_with(DRIVER_LOADED) {
+            log.no_gpu.clear();
+        }
+        if log.no_gpu.len() < MAX_NO_GPU_LINES && is_no_gpu_line(msg) {
+            log.no_gpu.push(keep(line));
+        }
         if msg.starts_with("NVRM:") || msg.contains("nvidia-uvm:") || msg.contains("nvidia:") {
             log.nvidia_lines.push(keep(line));
         }
@@ -370,6 +410,45 @@ Jan 15 09:41:40 gpu17 kernel: NVRM: Xid (0000:18:00): 13, Graphics SM Warp Excep
         let log = parse_kernel_log(&many);
         assert_eq!(log.nvidia_lines.len(), MAX_NVIDIA_LINES);
         assert!(log.nvidia_lines[0].ends_with("line 50"));
+    }
+
+    #[test]
+    fn kernel_log_no_gpu_lines_after_the_last_load() {
+        // A load refused on a machine without a GPU (nvidia_init_module's message).
+        let refused = "\
+[    4.210331] nvidia: loading out-of-tree module taints kernel.
+[    4.290117] nvidia-nvlink: Nvlink Core is being initialized, major device number 244
+[    4.291002] NVRM: No NVIDIA GPU found.
+[    4.292180] nvidia-nvlink: Unregistered Nvlink Core, major device number 244
+";
+        let log = parse_kernel_log(refused);
+        assert_eq!(log.no_gpu, ["[    4.291002] NVRM: No NVIDIA GPU found."]);
+        // The GPU held by vfio-pci (public kernel logs of passthrough hosts).
+        let vfio = "\
+[ 3641.841149] NVRM: GPU 0000:01:00.0 is already bound to vfio-pci.
+[ 3641.845221] NVRM: The NVIDIA probe routine was not called for 1 device(s).
+[ 3641.845223] NVRM: This can occur when another driver was loaded and
+               NVRM: obtained ownership of the NVIDIA device(s).
+[ 3641.845224] NVRM: No NVIDIA devices probed.
+";
+        let log = parse_kernel_log(vfio);
+        assert_eq!(log.no_gpu.len(), 3, "{:#?}", log.no_gpu);
+        assert!(log.no_gpu[0].contains("already bound to vfio-pci"));
+        assert!(log.no_gpu[2].ends_with("NVRM: No NVIDIA devices probed."));
+        // A successful load after them makes them history.
+        let later = format!(
+            "{refused}[   90.000000] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  550.163.01  Release Build  (buildd@debian)  Mon Jul 21 21:45:24 UTC 2025\n"
+        );
+        assert!(parse_kernel_log(&later).no_gpu.is_empty());
+        // A clean boot has none; another driver's "already bound" is not the driver's.
+        let boot = boot_dmesg(&DriverSpec::open("590.48.01"), 508);
+        assert!(parse_kernel_log(&boot).no_gpu.is_empty());
+        assert!(!is_no_gpu_line(
+            "vfio-pci 0000:01:00.0: is already bound to vfio-pci"
+        ));
+        // Bounded.
+        let many = "[ 1.0] NVRM: No NVIDIA GPU found.\n".repeat(100);
+        assert_eq!(parse_kernel_log(&many).no_gpu.len(), MAX_NO_GPU_LINES);
     }
 
     #[test]

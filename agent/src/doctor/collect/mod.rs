@@ -7,10 +7,11 @@
 //! denied (os error 13)`, `malformed: ...`). Text parsers are small pure functions (`parse_*`)
 //! tested on realistic text.
 //!
-//! One module per group of sources: [`driver`] (version, parameters), [`modules`]
+//! One module per group of sources: [`driver`] (version, parameters, GPUs), [`modules`]
 //! (`/proc/modules`, `/proc/devices`), [`dev_nodes`] (`/dev/nvidia*`), [`container`]
 //! (cgroups, runtime markers), [`kernel`] (release, config, command line, `/proc/iomem`),
-//! [`smi`] (`nvidia-smi -q`), [`kernel_log`], [`processes`] (daemons, mapped libcuda).
+//! [`smi`] (`nvidia-smi -q` and how it ended), [`kernel_log`], [`processes`] (daemons,
+//! mapped libcuda).
 
 pub mod container;
 pub mod dev_nodes;
@@ -39,6 +40,7 @@ pub fn collect(root: &Root) -> Evidence {
         kernel::collect_kernel_config(root, kernel.get().map(|k| k.release.as_str()));
     let (dev_nodes, nvswitch_nodes) = dev_nodes::collect_dev_nodes(root);
     let (daemons, libcuda) = processes::collect_processes(root);
+    let (smi, smi_outcome) = smi::collect_smi(root);
     Evidence {
         driver: driver::collect_driver(root),
         driver_params: driver::collect_driver_params(root),
@@ -52,7 +54,9 @@ pub fn collect(root: &Root) -> Evidence {
         kernel_config,
         cmdline: kernel::collect_cmdline(root),
         iomem_hmm: kernel::collect_iomem(root),
-        smi: smi::collect_smi(root),
+        smi,
+        smi_outcome,
+        gpus: driver::collect_gpus(root),
         kernel_log: kernel_log::collect_kernel_log(root),
         daemons,
         libcuda,

@@ -1,21 +1,99 @@
-//! What `nvidia-smi -q` says of each GPU.
+//! What `nvidia-smi -q` says of each GPU, and how it ended (listed GPUs, found none, could
+//! not reach the driver, failed otherwise).
 
 use std::collections::BTreeMap;
 
-use super::super::facts::{Fact, SmiInfo};
-use super::super::root::Root;
+use super::super::facts::{Fact, SmiInfo, SmiOutcome, SmiVerdict};
+use super::super::root::{CommandError, Root};
 
-/// `nvidia-smi -q`, parsed ([`parse_smi`]).
-pub(super) fn collect_smi(root: &Root) -> Fact<SmiInfo> {
+/// `nvidia-smi -q`, run once: its GPUs ([`parse_smi`]) and how it ended ([`classify_smi`]).
+/// When it could not run (not installed, timed out, not captured), both facts are unknown
+/// with the same reason.
+pub(super) fn collect_smi(root: &Root) -> (Fact<SmiInfo>, Fact<SmiOutcome>) {
     const SOURCE: &str = "nvidia-smi -q";
     match root.command("nvidia-smi", &["-q"]) {
         Ok(text) => match parse_smi(&text) {
-            Ok(info) => Fact::ok(info, SOURCE),
-            Err(why) => Fact::unavailable(format!("malformed: {why}"), SOURCE),
+            Ok(info) => {
+                let verdict = if info.gpus > 0 {
+                    SmiVerdict::GpusListed
+                } else {
+                    SmiVerdict::NoGpu
+                };
+                let outcome = SmiOutcome {
+                    verdict,
+                    status: None,
+                    message: (info.gpus == 0).then(|| "no GPU section in its output".into()),
+                };
+                (Fact::ok(info, SOURCE), Fact::ok(outcome, SOURCE))
+            }
+            // A capture that kept only the output of a failure ("No devices were found")
+            // still says what it found.
+            Err(why) => (
+                Fact::unavailable(format!("malformed: {why}"), SOURCE),
+                Fact::ok(classify_smi(None, &text), SOURCE),
+            ),
         },
-        Err(err) => Fact::unavailable(err.to_string(), SOURCE),
+        Err(err) => {
+            let outcome = match &err {
+                CommandError::Failed { status, output, .. } => {
+                    Fact::ok(classify_smi(Some(status), output), SOURCE)
+                }
+                other => Fact::unavailable(other.to_string(), SOURCE),
+            };
+            (Fact::unavailable(err.to_string(), SOURCE), outcome)
+        }
     }
 }
+
+/// What `nvidia-smi`'s output of a run that listed nothing says, by the line it prints:
+/// no GPU ([`SMI_NO_GPU`]), no driver ([`SMI_NO_DRIVER`]), or another failure (its first
+/// line). `status` is the exit status as [`CommandError::Failed`] gives it (`exit status
+/// 255`), `None` when unknown.
+pub fn classify_smi(status: Option<&str>, output: &str) -> SmiOutcome {
+    let lines: Vec<&str> = output
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let find = |patterns: &[&str]| {
+        lines
+            .iter()
+            .find(|l| patterns.iter().any(|p| l.contains(p)))
+            .map(|l| l.to_string())
+    };
+    let (verdict, message) = if let Some(line) = find(SMI_NO_GPU) {
+        (SmiVerdict::NoGpu, Some(line))
+    } else if let Some(line) = find(SMI_NO_DRIVER) {
+        (SmiVerdict::NoDriver, Some(line))
+    } else {
+        (SmiVerdict::Failed, lines.first().map(|l| l.to_string()))
+    };
+    SmiOutcome {
+        verdict,
+        status: status.map(str::to_string),
+        message,
+    }
+}
+
+/// What `nvidia-smi` prints when the driver answers but has no GPU to report:
+/// `No devices were found` (exit 6), `Failed to initialize NVML: No supported GPUs were
+/// found` (550.163.01 loaded without a GPU, exit 255) and `Failed to initialize NVML:
+/// Unknown Error` (535.261.03 loaded without a GPU, exit 255; the same words come when
+/// NVML is denied the device nodes, which is why the rules never take it alone).
+pub const SMI_NO_GPU: &[&str] = &[
+    "No devices were found",
+    "No supported GPUs were found",
+    "Failed to initialize NVML: Unknown Error",
+];
+
+/// What `nvidia-smi` prints when no driver answers: `NVIDIA-SMI has failed because it
+/// couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is
+/// installed and running.` (exit 9).
+pub const SMI_NO_DRIVER: &[&str] = &["couldn't communicate with the NVIDIA driver"];
+
+/// The words of [`SMI_NO_GPU`] that NVML also prints for other reasons (device access
+/// denied): weaker evidence of "no GPU" than the others.
+pub const SMI_AMBIGUOUS_NO_GPU: &str = "Unknown Error";
 
 /// Parses `nvidia-smi -q` text.
 ///
@@ -175,5 +253,83 @@ GPU 00000000:01:00.0
             parse_smi("Timestamp : x\nDriver Version : 590.48.01\nAttached GPUs : 0\n").unwrap();
         assert_eq!(none.gpus, 0);
         assert!(none.addressing_mode.is_empty());
+    }
+
+    #[test]
+    fn smi_failures_are_classified_no_gpu_no_driver_or_other() {
+        // Real output of nvidia-smi 550.163.01 and 535.261.03 with their drivers loaded on
+        // a machine without a GPU (Debian's packages, in uvmwatch's vm-test).
+        let o = classify_smi(
+            Some("exit status 255"),
+            "Failed to initialize NVML: No supported GPUs were found\nUnable to determine the number of GPUs\n",
+        );
+        assert_eq!(
+            o,
+            SmiOutcome {
+                verdict: SmiVerdict::NoGpu,
+                status: Some("exit status 255".into()),
+                message: Some("Failed to initialize NVML: No supported GPUs were found".into()),
+            }
+        );
+        let o = classify_smi(
+            Some("exit status 255"),
+            "Failed to initialize NVML: Unknown Error\n",
+        );
+        assert_eq!(o.verdict, SmiVerdict::NoGpu);
+        assert!(o.message.unwrap().contains(SMI_AMBIGUOUS_NO_GPU));
+        let o = classify_smi(Some("exit status 6"), "No devices were found\n");
+        assert_eq!(
+            (o.verdict, o.message.as_deref()),
+            (SmiVerdict::NoGpu, Some("No devices were found"))
+        );
+        // No driver: exit 9.
+        let o = classify_smi(
+            Some("exit status 9"),
+            "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.\n\n",
+        );
+        assert_eq!(o.verdict, SmiVerdict::NoDriver);
+        // Anything else is another failure, with its first line.
+        let o = classify_smi(
+            Some("exit status 18"),
+            "\nFailed to initialize NVML: Driver/library version mismatch\nNVML library version: 590.48\n",
+        );
+        assert_eq!(
+            (o.verdict, o.message.as_deref()),
+            (
+                SmiVerdict::Failed,
+                Some("Failed to initialize NVML: Driver/library version mismatch")
+            )
+        );
+        assert_eq!(classify_smi(Some("signal 9"), "").message, None);
+    }
+
+    #[test]
+    fn smi_outcome_from_a_snapshot_run_failed_or_listing() {
+        use crate::doctor::root::Root;
+        let dir = tempfile::tempdir().unwrap();
+        let root = Root::Snapshot(dir.path().to_path_buf());
+        // Not captured: both unknown, for the same reason.
+        let (smi, outcome) = collect_smi(&root);
+        assert_eq!(smi.value.unwrap_err(), outcome.value.unwrap_err());
+        // A listing: GPUs listed.
+        std::fs::create_dir_all(dir.path().join("commands")).unwrap();
+        std::fs::write(
+            dir.path().join("commands/nvidia-smi.txt"),
+            smi_q("590.48.01", &[SmiGpu::h200(0)]),
+        )
+        .unwrap();
+        let (smi, outcome) = collect_smi(&root);
+        assert_eq!(smi.get().unwrap().gpus, 1);
+        assert_eq!(outcome.get().unwrap().verdict, SmiVerdict::GpusListed);
+        // Only the output of a failure kept: classified from it.
+        std::fs::write(
+            dir.path().join("commands/nvidia-smi.txt"),
+            "No devices were found\n",
+        )
+        .unwrap();
+        let (smi, outcome) = collect_smi(&root);
+        assert!(smi.value.is_err());
+        let o = outcome.get().unwrap();
+        assert_eq!((o.verdict, o.status.as_deref()), (SmiVerdict::NoGpu, None));
     }
 }

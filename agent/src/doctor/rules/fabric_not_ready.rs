@@ -38,7 +38,10 @@ pub(super) fn check(e: &Evidence, o: &Observations) -> Option<Finding> {
     } else {
         None
     };
-    if nvswitch == Some(false) || o.cuinit_result == Some(cu::SUCCESS) {
+    // A driver with no GPU at all (an NVSwitch-only node, or GPUs not there) has no fabric
+    // to wait for: that is `no_gpu`, and Fabric Manager would not help.
+    let no_gpu_registered = e.gpus.get().is_some_and(|g| g.is_empty());
+    if nvswitch == Some(false) || o.cuinit_result == Some(cu::SUCCESS) || no_gpu_registered {
         return None;
     }
     let code = cuinit_is(o, &[cu::SYSTEM_NOT_READY, cu::OPERATING_SYSTEM]);
@@ -298,6 +301,20 @@ mod tests {
             &diagnose_spec(&nvswitch_not_ready(), &watched().cuinit(0, 0.4).opens(6)),
             "fabric_not_ready",
         );
+    }
+
+    #[test]
+    fn fabric_not_ready_not_on_an_nvswitch_node_whose_driver_has_no_gpu() {
+        // NVSwitch nodes, no manager, 802 even: with no GPU registered there is no fabric to
+        // wait for (no_gpu says what is wrong).
+        let e = nvswitch_host().with(|e| e.gpus = Fact::ok(vec![], "/proc/driver/nvidia/gpus"));
+        assert_eq!(run("fabric_not_ready", &e, &plain()), None);
+        let o = watched().cuinit(802, 0.8).opens(3);
+        assert_eq!(run("fabric_not_ready", &e, &o), None);
+        // The list unreadable: judged as before.
+        let blind = nvswitch_host()
+            .with(|e| e.gpus = Fact::unavailable("not readable", "/proc/driver/nvidia/gpus"));
+        assert!(run("fabric_not_ready", &blind, &o).is_some());
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Diagnosis rules: one per class of failure in `shared/reference/failure-classes.md`.
+//! Diagnosis rules: one per class of failure in `shared/reference/failure-classes.md`, and
+//! `no_gpu` (the driver sees no GPU), a class met with NVIDIA's real driver beside them.
 //!
 //! Each rule is a small pure function of the static [`Evidence`] and of what the probes saw
 //! for one process ([`Observations`], all defaults for a plain `uvmwatch doctor`). Several
@@ -24,7 +25,11 @@
 //!   compatibility, data-center GPUs only), NVIDIA persistence daemon documentation, NVIDIA
 //!   driver README "Configuring Power Management Support" (suspend/resume services);
 //! * Linux `Documentation/admin-guide/cgroup-v1/devices.rst`: the device allow-list format
-//!   (`c 195:* rwm`).
+//!   (`c 195:* rwm`);
+//! * NVIDIA open-gpu-kernel-modules, `kernel-open/nvidia/nv.c` (`nvidia_init_module`: the
+//!   driver loads without a GPU only where an NVSwitch is present, else fails with `-ENODEV`
+//!   and says why) and `nv-procfs.c` (`/proc/driver/nvidia/gpus/<pci>/`, `ExcludedGpus` in
+//!   `params`).
 //!
 //! One file per rule (`hmm_setup_failure.rs`, `driver_hang.rs`, ...) holds its `check` and
 //! its tests; this module holds the registry ([`RULES`]), [`diagnose`] and its ranking, and
@@ -38,6 +43,7 @@ mod fabric_not_ready;
 mod finding_checks;
 mod fork_after_init;
 mod hmm_setup_failure;
+mod no_gpu;
 mod node_or_module_missing;
 mod policy_or_partition;
 mod slow_init;
@@ -62,7 +68,8 @@ pub struct Rule {
     pub check: fn(&Evidence, &Observations) -> Option<Finding>,
 }
 
-/// Every rule, one per row of `shared/reference/failure-classes.md`, in table order. On equal
+/// Every rule, one per row of `shared/reference/failure-classes.md`, in table order, with
+/// `no_gpu` before `node_or_module_missing` (it says why a driver or node is missing). On equal
 /// severity and confidence, [`diagnose`] keeps this order, so the more specific rule of two
 /// (HMM set-up before a generic driver hang) comes first.
 pub const RULES: &[Rule] = &[
@@ -75,6 +82,11 @@ pub const RULES: &[Rule] = &[
         id: "driver_hang",
         title: "a thread is stuck inside the NVIDIA driver",
         check: driver_hang::check,
+    },
+    Rule {
+        id: "no_gpu",
+        title: "the NVIDIA driver sees no GPU",
+        check: no_gpu::check,
     },
     Rule {
         id: "node_or_module_missing",
@@ -414,6 +426,7 @@ mod tests {
             [
                 "hmm_setup_failure",
                 "driver_hang",
+                "no_gpu",
                 "node_or_module_missing",
                 "device_permission",
                 "stale_after_suspend",
