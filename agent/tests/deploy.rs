@@ -32,8 +32,7 @@ use common::{artifacts, metric};
 use observability::{free_port, http_get, repo_root, which};
 use serde_json::Value;
 use uvmwatch_testbed::{
-    FakeDev, FakeDevConfig, IoctlAction, IoctlRule, LibLocation, OpenDenial, Scenario, Workload,
-    WorkloadConfig,
+    FakeDev, FakeDevConfig, IoctlAction, IoctlRule, OpenDenial, Scenario, Workload, WorkloadConfig,
 };
 
 const T: Duration = Duration::from_secs(20);
@@ -256,6 +255,7 @@ impl Running {
                 "--listen",
                 &listen,
             ])
+            .args(common::host_lib().flags())
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -329,7 +329,7 @@ fn spawn(dev: &FakeDev, scenario: Scenario) -> Workload {
         artifacts(),
         WorkloadConfig {
             scenario,
-            lib_location: LibLocation::PrivateNamespace,
+            lib_location: common::host_lib().location(),
             ..WorkloadConfig::default()
         },
     )

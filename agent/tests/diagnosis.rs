@@ -6,12 +6,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{artifacts, metric, Agent};
+use common::{artifacts, host_lib, metric, Agent, HostLib};
 use serde_json::Value;
 use uvmwatch_testbed::{
     snapshot::{driver_refused_no_gpu, gpuless_535, gpuless_550, smi_q, SmiGpu},
     write_snapshot_fixture, ContextLine, FakeDev, FakeDevConfig, IoctlAction, IoctlRule,
-    LibLocation, OpenDenial, Scenario, SnapshotSpec, Workload, WorkloadConfig,
+    OpenDenial, Scenario, SnapshotSpec, Workload, WorkloadConfig,
 };
 
 const T: Duration = Duration::from_secs(20);
@@ -34,14 +34,16 @@ fn incident_host(disable_hmm: bool) -> tempfile::TempDir {
     dir
 }
 
-fn workload(dev: &FakeDev, scenario: Scenario, fork_child: bool) -> Workload {
+/// A workload on the host's installed library `lib` (the agent probes it from its start:
+/// started with `lib.flags()`).
+fn workload(dev: &FakeDev, lib: &HostLib, scenario: Scenario, fork_child: bool) -> Workload {
     Workload::spawn(
         dev,
         artifacts(),
         WorkloadConfig {
             scenario,
             fork_child,
-            lib_location: LibLocation::PrivateNamespace,
+            lib_location: lib.location(),
             ..WorkloadConfig::default()
         },
     )
@@ -57,9 +59,10 @@ fn motivating_case_error_3_is_named_hmm_setup_with_the_host_fix_within_a_second(
     require_env!("motivating_case_error_3_is_named_hmm_setup_with_the_host_fix_within_a_second");
     let snap = incident_host(false);
     let root = snap.path().to_str().unwrap();
+    let lib = host_lib();
     let agent = Agent::start(&["--evidence-root", root]);
     let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
-    let mut w = workload(&dev, Scenario::RegisterGpuNoMemory, false);
+    let mut w = workload(&dev, &lib, Scenario::RegisterGpuNoMemory, false);
     assert_eq!(w.next_cuinit_line(T).unwrap().rc, 3);
     let failed_at = Instant::now();
     let pid = w.pid();
@@ -108,6 +111,7 @@ fn motivating_case_hang_is_named_while_the_call_is_still_stuck() {
     require_env!("motivating_case_hang_is_named_while_the_call_is_still_stuck");
     let snap = incident_host(false);
     let root = snap.path().to_str().unwrap();
+    let lib = host_lib();
     let agent = Agent::start(&[
         "--evidence-root",
         root,
@@ -121,7 +125,7 @@ fn motivating_case_hang_is_named_while_the_call_is_still_stuck() {
         ..FakeDevConfig::default()
     };
     let dev = FakeDev::start(artifacts(), cfg).unwrap();
-    let mut w = workload(&dev, Scenario::HangRegisterGpu, false);
+    let mut w = workload(&dev, &lib, Scenario::HangRegisterGpu, false);
     let pid = w.pid();
     let st = agent.expect_event(
         "cuInit stall",
@@ -151,9 +155,10 @@ fn motivating_case_hang_is_named_while_the_call_is_still_stuck() {
 fn error_3_with_hmm_disabled_is_not_blamed_on_hmm() {
     require_env!("error_3_with_hmm_disabled_is_not_blamed_on_hmm");
     let snap = incident_host(true);
+    let lib = host_lib();
     let agent = Agent::start(&["--evidence-root", snap.path().to_str().unwrap()]);
     let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
-    let mut w = workload(&dev, Scenario::RegisterGpuNoMemory, false);
+    let mut w = workload(&dev, &lib, Scenario::RegisterGpuNoMemory, false);
     assert_eq!(w.next_cuinit_line(T).unwrap().rc, 3);
     let pid = w.pid();
     let end = agent.expect_event(
@@ -185,6 +190,7 @@ fn error_3_with_hmm_disabled_is_not_blamed_on_hmm() {
 fn a_denied_open_is_named_a_device_permission_problem() {
     require_env!("a_denied_open_is_named_a_device_permission_problem");
     let snap = incident_host(false);
+    let lib = host_lib();
     let agent = Agent::start(&["--evidence-root", snap.path().to_str().unwrap()]);
     let dev = FakeDev::start(
         artifacts(),
@@ -194,7 +200,7 @@ fn a_denied_open_is_named_a_device_permission_problem() {
         },
     )
     .unwrap();
-    let mut w = workload(&dev, Scenario::MissingNode, false);
+    let mut w = workload(&dev, &lib, Scenario::MissingNode, false);
     assert_eq!(w.next_cuinit_line(T).unwrap().rc, 999);
     let pid = w.pid();
     let open = agent.expect_event(
@@ -216,9 +222,10 @@ fn a_denied_open_is_named_a_device_permission_problem() {
 fn a_child_forked_after_init_is_named_fork_after_init() {
     require_env!("a_child_forked_after_init_is_named_fork_after_init");
     let snap = incident_host(false);
+    let lib = host_lib();
     let agent = Agent::start(&["--evidence-root", snap.path().to_str().unwrap()]);
     let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
-    let mut w = workload(&dev, Scenario::Success, true);
+    let mut w = workload(&dev, &lib, Scenario::Success, true);
     let parent = w.next_cuinit_line(T).unwrap();
     assert_eq!(parent.rc, 0);
     let child = w.next_cuinit_line(T).unwrap();
@@ -264,7 +271,7 @@ fn host_in_compute_mode(compute_mode: &str) -> tempfile::TempDir {
 /// file for every workload of a test: one libcuda probed (each costs the agent 14 uprobe
 /// detaches at its stop, about 0.3 s each here).
 fn context_workload(
-    lib: &std::path::Path,
+    lib: &HostLib,
     gpus: u32,
     call: &str,
     env: &[(&str, &str)],
@@ -286,7 +293,7 @@ fn context_workload(
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
-            lib_location: LibLocation::HostPath(lib.join("libcuda.so.1")),
+            lib_location: lib.location(),
             ..WorkloadConfig::default()
         },
         &["--ctx", call, "--hold-ms", "1000"],
@@ -310,11 +317,11 @@ fn diagnosis_of(agent: &Agent, pid: u32, rule: &str) -> Vec<Value> {
 fn a_context_creation_refused_by_exclusive_process_mode_is_named_policy_live() {
     require_env!("a_context_creation_refused_by_exclusive_process_mode_is_named_policy_live");
     let snap = host_in_compute_mode("Exclusive_Process");
+    let lib = host_lib();
     let agent = Agent::start(&["--evidence-root", snap.path().to_str().unwrap()]);
-    let libs = common::host_lib_dir();
     let held = [("UVMWATCH_FAKE_COMPUTE_MODE", "exclusive_process_held")];
     for call in ["cuCtxCreate_v2", "cuDevicePrimaryCtxRetain"] {
-        let (pid, lines) = context_workload(libs.path(), 1, call, &held);
+        let (pid, lines) = context_workload(&lib, 1, call, &held);
         assert_eq!(lines[1].call, call);
         assert_eq!(lines[1].rc, 46);
         let rec = agent.expect_event(
@@ -350,7 +357,7 @@ fn a_context_creation_refused_by_exclusive_process_mode_is_named_policy_live() {
             .contains("compute mode=Exclusive_Process, Exclusive_Process"));
     }
     // Near miss: the same machine, the GPU free: the context is created, nothing is judged.
-    let (pid, lines) = context_workload(libs.path(), 1, "cuCtxCreate_v2", &[]);
+    let (pid, lines) = context_workload(&lib, 1, "cuCtxCreate_v2", &[]);
     assert_eq!(lines[1].rc, 0);
     let ok = agent.expect_event(
         "successful context_call",
@@ -404,11 +411,11 @@ fn a_context_creation_refused_by_exclusive_process_mode_is_named_policy_live() {
 fn a_device_count_below_the_gpus_the_process_has_is_named_a_partition_live() {
     require_env!("a_device_count_below_the_gpus_the_process_has_is_named_a_partition_live");
     let snap = host_in_compute_mode("Default");
+    let lib = host_lib();
     let agent = Agent::start(&["--evidence-root", snap.path().to_str().unwrap()]);
-    let libs = common::host_lib_dir();
     // Two GPU nodes in the process's /dev, CUDA_VISIBLE_DEVICES=0: CUDA sees one.
     let (pid, lines) = context_workload(
-        libs.path(),
+        &lib,
         2,
         "cuDeviceGetCount",
         &[("CUDA_VISIBLE_DEVICES", "0")],
@@ -450,7 +457,7 @@ fn a_device_count_below_the_gpus_the_process_has_is_named_a_partition_live() {
     // CUDA_VISIBLE_DEVICES naming a GPU the process does not have: CUDA stops there, and
     // nothing accounts for the missing one.
     let (pid, lines) = context_workload(
-        libs.path(),
+        &lib,
         2,
         "cuDeviceGetCount",
         &[("CUDA_VISIBLE_DEVICES", "0,5")],
@@ -463,7 +470,7 @@ fn a_device_count_below_the_gpus_the_process_has_is_named_a_partition_live() {
     );
     assert_eq!(d["severity"], "warning");
     // Near miss: both GPUs seen; no device_count record, no finding.
-    let (pid, lines) = context_workload(libs.path(), 2, "cuDeviceGetCount", &[]);
+    let (pid, lines) = context_workload(&lib, 2, "cuDeviceGetCount", &[]);
     assert_eq!(lines[0].count, Some(2));
     agent.expect_event(
         "the count seen",

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{artifacts, metric, Agent};
+use common::{artifacts, host_lib, metric, Agent};
 use serde_json::Value;
 use uvmwatch_testbed::{
     FakeDev, FakeDevConfig, IoctlAction, IoctlRule, LibLocation, OpenDenial, Scenario, Workload,
@@ -25,7 +25,7 @@ fn workload(dev: &FakeDev, scenario: Scenario, lib: LibLocation) -> Workload {
         WorkloadConfig {
             scenario,
             gpus: 1,
-            wait_ms: 1500,
+            wait_ms: 0,
             lib_location: lib,
             fork_child: false,
             extra_env: vec![],
@@ -50,9 +50,11 @@ const UVM_SEQUENCE: &[&str] = &[
 #[test]
 fn success_sequence_is_seen_with_every_ioctl_named_and_timed() {
     require_env!("success_sequence_is_seen_with_every_ioctl_named_and_timed");
+    // The host's installed library, probed from the agent's start: the call is seen whole.
+    let lib = host_lib();
     let agent = Agent::start(&[]);
     let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
-    let mut w = workload(&dev, Scenario::Success, LibLocation::PrivateNamespace);
+    let mut w = workload(&dev, Scenario::Success, lib.location());
     let line = w.next_cuinit_line(T).unwrap();
     assert_eq!(line.rc, 0);
     let pid = w.pid();
@@ -79,9 +81,11 @@ fn success_sequence_is_seen_with_every_ioctl_named_and_timed() {
         assert!(e["duration_seconds"].as_f64().is_some());
     }
     for name in [
-        "NV_ESC_CHECK_VERSION_STR",
+        "NV_ESC_SYS_PARAMS",
+        "NV_ESC_CARD_INFO",
         "NV_ESC_RM_ALLOC",
         "NV_ESC_RM_CONTROL",
+        "NV_ESC_RM_FREE",
     ] {
         assert!(
             inside
@@ -191,17 +195,15 @@ fn error_3_is_counted_and_the_failing_rmstatus_decoded() {
 #[test]
 fn a_hang_in_register_gpu_is_reported_within_threshold_and_cleared_when_it_ends() {
     require_env!("a_hang_in_register_gpu_is_reported_within_threshold_and_cleared_when_it_ends");
+    // The host's installed library: the hang's cuInit is seen whole, to its return.
+    let lib = host_lib();
     let agent = Agent::start(&["--ioctl-stall", "1s", "--cuinit-stall", "2s"]);
     let cfg = FakeDevConfig {
         ioctl_rules: vec![IoctlRule::new(0x25, IoctlAction::Hang)],
         ..FakeDevConfig::default()
     };
     let dev = FakeDev::start(artifacts(), cfg).unwrap();
-    let mut w = workload(
-        &dev,
-        Scenario::HangRegisterGpu,
-        LibLocation::PrivateNamespace,
-    );
+    let mut w = workload(&dev, Scenario::HangRegisterGpu, lib.location());
     let pid = w.pid();
 
     let io = agent.expect_event(
@@ -422,8 +424,10 @@ fn failed_opens_are_counted_by_node_and_errno() {
             &[("node", "nvidia-uvm"), ("result", r)],
         )
     };
-    assert_eq!(opens("ENOENT"), Some(1.0), "{m}");
-    assert_eq!(opens("EPERM"), Some(1.0), "{m}");
+    // The library tries each open twice (with O_CLOEXEC, then without), as the real one
+    // does.
+    assert_eq!(opens("ENOENT"), Some(2.0), "{m}");
+    assert_eq!(opens("EPERM"), Some(2.0), "{m}");
     assert_eq!(
         metric(
             &m,
@@ -444,8 +448,24 @@ fn a_library_in_another_mount_namespace_is_found_and_probed() {
     );
     let agent = Agent::start(&[]);
     let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
-    // Started after the agent: found through the library open the probes saw.
-    let mut w = workload(&dev, Scenario::Success, LibLocation::PrivateNamespace);
+    // Started after the agent: found through the library open the probes saw. It calls
+    // cuInit at once, before the probes are attached: that first call is found from its
+    // driver calls (docs/probes.md#late-cuinit); the process goes on for a while after, as
+    // an application does, so its root can be read to attach through.
+    let mut w = Workload::spawn_with_args(
+        &dev,
+        artifacts(),
+        WorkloadConfig {
+            scenario: Scenario::Success,
+            gpus: 1,
+            wait_ms: 0,
+            lib_location: LibLocation::PrivateNamespace,
+            fork_child: false,
+            extra_env: vec![],
+        },
+        &["--hold-ms", "3000"],
+    )
+    .expect("spawn workload");
     let pid = w.pid();
     let att = agent.expect_event(
         "libcuda_attached",
@@ -460,11 +480,17 @@ fn a_library_in_another_mount_namespace_is_found_and_probed() {
         "{att}"
     );
     assert_eq!(w.next_cuinit_line(T).unwrap().rc, 0);
-    agent.expect_event(
+    let end = agent.expect_event(
         "cuinit_end",
         |v| v["event"] == "cuinit_end" && pid_is(v, pid),
         T,
     );
+    // Seen whole when the probes won the race, else from its driver calls, every one.
+    if end["seen"] != "whole" {
+        assert_eq!(end["seen"], "driver_calls", "{end}");
+        assert!(end["driver_calls"].as_u64().unwrap() >= 10, "{end}");
+        assert!(end["device_opens"].as_u64().unwrap() >= 4, "{end}");
+    }
     let m = agent.metrics();
     // Copies of the library opened on the way (by the test harness and `cp`) count too.
     assert!(
@@ -502,9 +528,19 @@ fn a_workload_running_before_the_agent_is_found_through_its_maps() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let agent = Agent::start(&[]);
-    let att = agent.expect_event("libcuda_attached", |v| v["event"] == "libcuda_attached", T);
+    // Found in its maps (the host's installed library is attached too, from the flag).
+    let att = agent.expect_event(
+        "libcuda_attached from the maps",
+        |v| {
+            v["event"] == "libcuda_attached"
+                && v["source"]
+                    .as_str()
+                    .is_some_and(|s| s.contains("ProcessMaps"))
+        },
+        T,
+    );
     assert!(
-        att["source"].as_str().unwrap().contains("ProcessMaps"),
+        att["path"].as_str().unwrap().ends_with("libcuda.so.1"),
         "{att}"
     );
     assert_eq!(w.next_cuinit_line(T).unwrap().rc, 0);
@@ -718,9 +754,12 @@ fn metrics_pass_promtool_and_healthz_answers() {
 #[test]
 fn workload_labels_are_opt_in_and_come_from_the_process() {
     require_env!("workload_labels_are_opt_in_and_come_from_the_process");
+    // A pod's library bind-mounted from the host (as the container toolkit does): probed
+    // from the agent's start. The server goes on after its start-up.
+    let lib = host_lib();
     let agent = Agent::start(&["--workload-labels"]);
     let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
-    let mut w = Workload::spawn(
+    let mut w = Workload::spawn_with_args(
         &dev,
         artifacts(),
         WorkloadConfig {
@@ -728,8 +767,10 @@ fn workload_labels_are_opt_in_and_come_from_the_process() {
                 ("POD_NAME".into(), "vllm-llama-0".into()),
                 ("POD_NAMESPACE".into(), "inference".into()),
             ],
+            lib_location: lib.location(),
             ..WorkloadConfig::default()
         },
+        &["--hold-ms", "2000"],
     )
     .unwrap();
     assert_eq!(w.next_cuinit_line(T).unwrap().rc, 0);
@@ -834,7 +875,7 @@ fn a_hung_thread_whose_main_thread_exited_is_reported_with_its_identity_and_stac
         WorkloadConfig {
             scenario: Scenario::HangRegisterGpu,
             gpus: 1,
-            wait_ms: 1500,
+            wait_ms: 0,
             lib_location: LibLocation::PrivateNamespace,
             fork_child: false,
             extra_env: vec![],
@@ -876,5 +917,62 @@ fn a_hung_thread_whose_main_thread_exited_is_reported_with_its_identity_and_stac
     assert!(!fix.contains(&format!("/proc/{pid}/stack")), "{finding}");
     dev.release().unwrap();
     drop(w);
+    assert!(agent.stop());
+}
+
+/// A process that loads a library the agent has never seen (a new file each time, as a
+/// container image's own library is) and calls cuInit at once: every such first call is
+/// reported, with its driver calls, its failure and the result they tell, whether the
+/// probes won the race or not, also with both cores busy. The fake library fails
+/// UVM_REGISTER_GPU with NV_ERR_NO_MEMORY and returns 3, as the real one does.
+#[test]
+fn the_first_cuinit_of_a_library_the_agent_has_not_seen_is_reported() {
+    require_env!("the_first_cuinit_of_a_library_the_agent_has_not_seen_is_reported");
+    const N: usize = 6;
+    let agent = Agent::start(&[]);
+    let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut x = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                }
+                x
+            })
+        })
+        .collect();
+    let mut seen = Vec::new();
+    for _ in 0..N {
+        let mut w = workload(
+            &dev,
+            Scenario::RegisterGpuNoMemory,
+            LibLocation::PrivateNamespace,
+        );
+        let rc = w.next_cuinit_line(T).unwrap().rc;
+        assert_eq!(rc, 3);
+        let pid = w.pid();
+        let end = agent.expect_event(
+            "cuinit_end",
+            |v| v["event"] == "cuinit_end" && pid_is(v, pid),
+            T,
+        );
+        assert_eq!(end["code"], 3, "{end}");
+        assert_eq!(
+            end["failed_call"], "UVM_REGISTER_GPU on /dev/nvidia-uvm",
+            "{end}"
+        );
+        assert_eq!(end["failed_result"], "NV_ERR_NO_MEMORY", "{end}");
+        assert!(end["driver_calls"].as_u64().unwrap() >= 10, "{end}");
+        seen.push(end["seen"].as_str().unwrap().to_string());
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in load {
+        t.join().unwrap();
+    }
+    let late = seen.iter().filter(|s| *s == "driver_calls").count();
+    println!("measured: {N} of {N} first cuInit calls reported ({late} from their driver calls, {} whole or from their return), tracepoint or fentry as the kernel allows", N - late);
     assert!(agent.stop());
 }

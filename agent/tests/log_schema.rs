@@ -16,7 +16,7 @@ use std::{
     time::Duration,
 };
 
-use common::{artifacts, host_lib_dir, Agent};
+use common::{artifacts, host_lib, Agent, HostLib};
 use serde_json::Value;
 use uvmwatch_testbed::{
     procfs, FakeDev, FakeDevConfig, IoctlAction, IoctlRule, LibLocation, OpenDenial, Scenario,
@@ -93,30 +93,27 @@ fn cases() -> Vec<Case> {
             hang: false,
             rc: 999,
         },
-        Case {
-            dev: dev(),
-            scenario: Scenario::Success,
-            private_lib: true,
-            hang: false,
-            rc: 0,
-        },
     ]
+    // The demo's sixth scenario (a library only inside the workload's namespace) is left
+    // out: whether its first cuInit is seen whole or from its driver calls depends on a race
+    // the agent cannot always win (docs/probes.md#late-cuinit), so its series would not be
+    // the same from run to run; e2e.rs covers it.
 }
 
-/// Runs one scenario to its end, as the demo does.
-fn run_case(agent: &Agent, libs: &Path, i: usize, case: &Case) {
+/// Runs one scenario to its end, as the demo does: on the host's installed library.
+fn run_case(agent: &Agent, lib: &HostLib, case: &Case) {
     let dev = FakeDev::start(artifacts(), case.dev.clone()).unwrap();
     let lib = if case.private_lib {
         LibLocation::PrivateNamespace
     } else {
-        LibLocation::HostPath(libs.join(format!("lib-{i}")).join("libcuda.so.1"))
+        lib.location()
     };
     let mut w = Workload::spawn(
         &dev,
         artifacts(),
         WorkloadConfig {
             scenario: case.scenario,
-            wait_ms: 1500,
+            wait_ms: 0,
             lib_location: lib,
             ..WorkloadConfig::default()
         },
@@ -221,6 +218,7 @@ const REQUIRED: &[&str] = &[
 fn the_demo_scenarios_keep_their_log_fields_and_metrics() {
     require_env!("the_demo_scenarios_keep_their_log_fields_and_metrics");
     let root = incident_host();
+    let lib = host_lib();
     // The tracepoint backend on every kernel, so the series of the probes (and of the
     // backend's reason) are the same wherever the contract is checked.
     let agent = Agent::start(&[
@@ -233,9 +231,8 @@ fn the_demo_scenarios_keep_their_log_fields_and_metrics() {
         "--evidence-root",
         root.to_str().unwrap(),
     ]);
-    let libs = host_lib_dir();
-    for (i, case) in cases().iter().enumerate() {
-        run_case(&agent, libs.path(), i, case);
+    for case in cases() {
+        run_case(&agent, lib, &case);
     }
     std::thread::sleep(Duration::from_millis(300));
     let metrics = exposition(&agent.metrics());

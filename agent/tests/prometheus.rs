@@ -19,8 +19,8 @@ use common::{artifacts, Agent};
 use observability::*;
 use serde_json::Value;
 use uvmwatch_testbed::{
-    write_snapshot_fixture, FakeDev, FakeDevConfig, IoctlAction, IoctlRule, LibLocation,
-    OpenDenial, Scenario, SnapshotSpec, Workload, WorkloadConfig,
+    write_snapshot_fixture, FakeDev, FakeDevConfig, IoctlAction, IoctlRule, OpenDenial, Scenario,
+    SnapshotSpec, Workload, WorkloadConfig,
 };
 
 const T: Duration = Duration::from_secs(20);
@@ -489,7 +489,7 @@ fn workload(dev: &FakeDev, scenario: Scenario) -> Workload {
         artifacts(),
         WorkloadConfig {
             scenario,
-            lib_location: LibLocation::PrivateNamespace,
+            lib_location: common::host_lib().location(),
             ..WorkloadConfig::default()
         },
     )

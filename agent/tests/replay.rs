@@ -117,6 +117,8 @@ fn replay(agent: &Agent, run: &ReplayRun, dev: FakeDevConfig, scenario: Scenario
         artifacts(),
         WorkloadConfig {
             scenario,
+            // The host's installed library, probed from the agent's start.
+            lib_location: common::host_lib().location(),
             ..WorkloadConfig::default()
         },
         run,

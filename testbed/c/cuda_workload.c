@@ -7,9 +7,9 @@
  *                      [--time-init]
  *
  * Loads libcuda (PATH, or "libcuda.so.1" through the dynamic linker's search)
- * with dlopen(RTLD_NOW), waits --wait-ms milliseconds (default 1500: a tracing
- * agent attaches its cuInit uprobe when it sees the library mapped, which can
- * take up to a second), then calls cuInit(--flags) --repeat times (default 1)
+ * with dlopen(RTLD_NOW), waits --wait-ms milliseconds (default 0: a CUDA program
+ * calls cuInit right after loading the library; a test that needs a process held
+ * between the two says so), then calls cuInit(--flags) --repeat times (default 1)
  * and prints one line per call:
  *
  *     cuInit=<rc> pid=<pid>
@@ -291,7 +291,7 @@ static struct {
     const char *ctx_call;
     unsigned long wait_ms, flags, repeat, flood_ms, distinct_cmds, dup_fds, device, hold_ms;
     int fork_child, cold_open, flood_ok;
-} opt = {.lib = "libcuda.so.1", .wait_ms = 1500, .repeat = 1};
+} opt = {.lib = "libcuda.so.1", .wait_ms = 0, .repeat = 1};
 
 /* Everything after the arguments; returns the exit status. */
 static int run(void)

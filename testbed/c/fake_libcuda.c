@@ -94,14 +94,11 @@ typedef int CUresult;
 #define NV_RM_IOWR(nr, size) _IOC(_IOC_READ | _IOC_WRITE, NV_IOCTL_MAGIC, (nr), (size))
 
 #define NV_ESC_CARD_INFO 0xC8        /* NV_IOCTL_BASE (200) + 0 */
-#define NV_ESC_CHECK_VERSION_STR 0xD2 /* NV_IOCTL_BASE + 10 */
 #define NV_ESC_SYS_PARAMS 0xD6       /* NV_IOCTL_BASE + 14 */
 #define NV_ESC_RM_FREE 0x29
 #define NV_ESC_RM_CONTROL 0x2A
 #define NV_ESC_RM_ALLOC 0x2B
 
-/* sizeof(nv_ioctl_rm_api_version_t): u32 cmd, u32 reply, char[64]. */
-#define RM_API_VERSION_SIZE 72
 /* sizeof(nv_ioctl_sys_params_t): u64 memblock_size. */
 #define SYS_PARAMS_SIZE 8
 /* sizeof(nv_ioctl_card_info_t) is 72; libcuda passes an array of
@@ -111,6 +108,9 @@ typedef int CUresult;
  * offset of their status field. They give 0xC030462B, 0xC020462A, 0xC0104629. */
 #define RM_ALLOC_SIZE 48
 #define RM_ALLOC_STATUS_OFF 40
+/* NVOS21, RM_ALLOC's 32-byte form (0xC020462B), status at 28. */
+#define RM_ALLOC32_SIZE 32
+#define RM_ALLOC32_STATUS_OFF 28
 #define RM_CONTROL_SIZE 32
 #define RM_CONTROL_STATUS_OFF 28
 #define RM_FREE_SIZE 16
@@ -227,9 +227,14 @@ static void read_driver_params(void)
     close(fd);
 }
 
+static int open_node_flags(const char *path, int flags)
+{
+    return open(path, flags);
+}
+
 static int open_node(const char *path)
 {
-    return open(path, O_RDWR | O_CLOEXEC);
+    return open_node_flags(path, O_RDWR | O_CLOEXEC);
 }
 
 /* One ioctl; -1 means the system call itself failed (EINTR included: a
@@ -259,13 +264,6 @@ static CUresult rm_ioctl(int fd, unsigned nr, size_t size, long status_off,
     return result;
 }
 
-static void fill_version(unsigned char *p)
-{
-    /* cmd NV_RM_API_VERSION_CMD_STRICT (0), then the version string at 8. */
-    put_u32(p, 0, 0);
-    memcpy(p + 8, "590.48.01", sizeof "590.48.01");
-}
-
 static void fill_sys_params(unsigned char *p)
 {
     put_u64(p, 0, 128u << 20); /* memblock_size: 128 MiB */
@@ -284,6 +282,59 @@ static CUresult uvm_ioctl(int fd, unsigned long cmd, unsigned char *params,
     return CUDA_SUCCESS;
 }
 
+/* The two control-node passes NVIDIA's libcuda makes (535.261.03 and 550.163.01, strace
+ * in `cargo xtask vm-test`'s nvidia series, testbed/replays/README.md): the first queries
+ * the system and frees what it made, then closes the node; the second opens it again for
+ * the client the rest of cuInit uses (RM_ALLOC in its 32-byte form, two controls, then the
+ * 48-byte form). Returns CUDA_SUCCESS, or the error cuInit returns. */
+static CUresult control_node_passes(void)
+{
+    CUresult r;
+    for (int pass = 0; pass < 2; pass++) {
+        read_driver_params();
+        ctl_fd = open_node_flags("/dev/nvidiactl", O_RDWR);
+        /* The real library returns 100 without the control node (535.261.03, EACCES). */
+        if (ctl_fd < 0)
+            return CUDA_ERROR_NO_DEVICE;
+        if ((r = rm_ioctl(ctl_fd, NV_ESC_SYS_PARAMS, SYS_PARAMS_SIZE, -1, fill_sys_params)))
+            return r;
+        if ((r = rm_ioctl(ctl_fd, NV_ESC_CARD_INFO, CARD_INFO_SIZE, -1, NULL)))
+            return r;
+        if ((r = rm_ioctl(ctl_fd, NV_ESC_RM_ALLOC, RM_ALLOC32_SIZE, RM_ALLOC32_STATUS_OFF, NULL)))
+            return r;
+        if ((r = rm_ioctl(ctl_fd, NV_ESC_RM_CONTROL, RM_CONTROL_SIZE, RM_CONTROL_STATUS_OFF, NULL)))
+            return r;
+        if (pass == 0) {
+            if ((r = rm_ioctl(ctl_fd, NV_ESC_RM_FREE, RM_FREE_SIZE, RM_FREE_STATUS_OFF, NULL)))
+                return r;
+            close(ctl_fd);
+            ctl_fd = -1;
+        }
+    }
+    if ((r = rm_ioctl(ctl_fd, NV_ESC_RM_CONTROL, RM_CONTROL_SIZE, RM_CONTROL_STATUS_OFF, NULL)))
+        return r;
+    return rm_ioctl(ctl_fd, NV_ESC_RM_ALLOC, RM_ALLOC_SIZE, RM_ALLOC_STATUS_OFF, NULL);
+}
+
+/* /dev/nvidia-uvm as the real library opens it: with O_CLOEXEC, again without it when that
+ * fails, and on a second failure UVM_DEINITIALIZE on the negative "fd" it got, then two
+ * RM_FREEs of its client (535.261.03 and 550.163.01 with the node at mode 000, refused by
+ * the device cgroup, after rmmod, or missing). Returns the fd, or -1. */
+static int open_uvm(void)
+{
+    int fd = open_node("/dev/nvidia-uvm");
+    if (fd >= 0)
+        return fd;
+    fd = open_node_flags("/dev/nvidia-uvm", O_RDWR);
+    if (fd >= 0)
+        return fd;
+    int negative = -errno;
+    do_ioctl(negative, 0x30000002u /* UVM_DEINITIALIZE */, NULL);
+    for (int i = 0; i < 2; i++)
+        rm_ioctl(ctl_fd, NV_ESC_RM_FREE, RM_FREE_SIZE, RM_FREE_STATUS_OFF, NULL);
+    return -1;
+}
+
 static CUresult run_init_sequence(void)
 {
     enum scenario sc = read_scenario();
@@ -292,42 +343,17 @@ static CUresult run_init_sequence(void)
     int gpus = read_gpu_count();
     CUresult r;
 
-    read_driver_params();
-
-    ctl_fd = open_node("/dev/nvidiactl");
-    if (ctl_fd < 0)
-        return CUDA_ERROR_UNKNOWN;
-
-    if ((r = rm_ioctl(ctl_fd, NV_ESC_CHECK_VERSION_STR, RM_API_VERSION_SIZE, -1, fill_version)))
-        return r;
-    if ((r = rm_ioctl(ctl_fd, NV_ESC_SYS_PARAMS, SYS_PARAMS_SIZE, -1, fill_sys_params)))
-        return r;
-    if ((r = rm_ioctl(ctl_fd, NV_ESC_CARD_INFO, CARD_INFO_SIZE, -1, NULL)))
-        return r;
-    /* Root client, a control call on it, and the free of a temporary object. */
-    if ((r = rm_ioctl(ctl_fd, NV_ESC_RM_ALLOC, RM_ALLOC_SIZE, RM_ALLOC_STATUS_OFF, NULL)))
-        return r;
-    if ((r = rm_ioctl(ctl_fd, NV_ESC_RM_CONTROL, RM_CONTROL_SIZE, RM_CONTROL_STATUS_OFF, NULL)))
-        return r;
-    if ((r = rm_ioctl(ctl_fd, NV_ESC_RM_FREE, RM_FREE_SIZE, RM_FREE_STATUS_OFF, NULL)))
+    if ((r = control_node_passes()))
         return r;
 
     if (gpus == 0)
         return CUDA_ERROR_NO_DEVICE;
 
-    for (int i = 0; i < gpus; i++) {
-        char path[32];
-        snprintf(path, sizeof path, "/dev/nvidia%d", i);
-        int fd = open_node(path);
-        if (fd < 0)
-            return CUDA_ERROR_UNKNOWN;
-        gpu_fds[gpu_fd_count++] = fd;
-    }
-
-    uvm_fd = open_node("/dev/nvidia-uvm");
+    /* UVM before any GPU node, as the real library does. */
+    uvm_fd = open_uvm();
     if (uvm_fd < 0)
         return CUDA_ERROR_UNKNOWN;
-    uvm_mm_fd = open_node("/dev/nvidia-uvm");
+    uvm_mm_fd = open_uvm();
     if (uvm_mm_fd < 0)
         return CUDA_ERROR_UNKNOWN;
 
@@ -347,6 +373,15 @@ static CUresult run_init_sequence(void)
     unsigned char pma_params[8] = {0};
     if ((r = uvm_ioctl(uvm_fd, UVM_PAGEABLE_MEM_ACCESS, pma_params, 4, NV_OK)))
         return r;
+
+    for (int i = 0; i < gpus; i++) {
+        char path[32];
+        snprintf(path, sizeof path, "/dev/nvidia%d", i);
+        int fd = open_node(path);
+        if (fd < 0)
+            return CUDA_ERROR_UNKNOWN;
+        gpu_fds[gpu_fd_count++] = fd;
+    }
 
     /* UVM_REGISTER_GPU_PARAMS: NvProcessorUuid gpu_uuid @0 (16 bytes),
      * NvBool numaEnabled @16, NvS32 numaNodeId @20, NvS32 rmCtrlFd @24,

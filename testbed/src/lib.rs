@@ -58,9 +58,10 @@ pub use replay::{Replay, ReplayRun};
 pub use rules::{IoctlAction, IoctlRule, OpenDenial};
 pub use snapshot::{write_snapshot_fixture, SnapshotSpec};
 pub use workload::{
-    parse_context_lines, parse_cuinit_lines, spawn_workload, spawn_workload_replay,
-    spawn_workload_with_args, ContextLine, CuInitLine, LibLocation, Scenario, Workload,
-    WorkloadConfig, WorkloadOutput, PRIVATE_LIB_DIR, REPLAY_ENV, REPLAY_TRACE_ENV,
+    install_libcuda, parse_context_lines, parse_cuinit_lines, spawn_workload,
+    spawn_workload_replay, spawn_workload_with_args, ContextLine, CuInitLine, LibLocation,
+    Scenario, Workload, WorkloadConfig, WorkloadOutput, PRIVATE_LIB_DIR, REPLAY_ENV,
+    REPLAY_TRACE_ENV,
 };
 
 /// Environment variable naming a file that [`skip`] appends its line to. `cargo xtask test`

@@ -53,8 +53,18 @@ pub enum LibLocation {
     /// mapping the old one is not disturbed.
     HostPath(PathBuf),
     /// Copied to `/usr/local/nvidia/lib64/libcuda.so.1` ([`PRIVATE_LIB_DIR`]), which exists
-    /// only inside the workload's mount namespace (like a library in a container image).
+    /// only inside the workload's mount namespace (like a library in a container image):
+    /// a new file for every workload, so an agent sees its first `cuInit` late.
     PrivateNamespace,
+    /// Used where it is, as the host's installed driver library is: put there before with
+    /// [`install_libcuda`], so an agent started after that probes it from the start.
+    Installed(PathBuf),
+}
+
+/// Installs the fake library at `path` (a host's driver library, there before any agent or
+/// workload starts; see [`LibLocation::Installed`]).
+pub fn install_libcuda(artifacts: &Artifacts, path: &Path) -> Result<()> {
+    copy_replacing(&artifacts.libcuda, path)
 }
 
 /// How to run one workload.
@@ -65,8 +75,8 @@ pub struct WorkloadConfig {
     /// GPUs the library expects (`UVMWATCH_FAKE_GPUS`): normally the [`FakeDev`]'s count;
     /// more than the nodes served makes an open fail (999).
     pub gpus: u32,
-    /// Milliseconds between loading the library and calling `cuInit` (`--wait-ms`). An agent
-    /// attaches its uprobe when it sees the library mapped, which can take up to a second.
+    /// Milliseconds between loading the library and calling `cuInit` (`--wait-ms`); 0, as a
+    /// real program does, unless a test needs the process held between the two.
     pub wait_ms: u64,
     /// Where the library lives.
     pub lib_location: LibLocation,
@@ -78,12 +88,12 @@ pub struct WorkloadConfig {
 }
 
 impl Default for WorkloadConfig {
-    /// `Success`, one GPU, 1500 ms wait, private-namespace library, no fork.
+    /// `Success`, one GPU, no wait, private-namespace library, no fork.
     fn default() -> Self {
         WorkloadConfig {
             scenario: Scenario::Success,
             gpus: 1,
-            wait_ms: 1500,
+            wait_ms: 0,
             lib_location: LibLocation::PrivateNamespace,
             fork_child: false,
             extra_env: Vec::new(),
@@ -223,6 +233,12 @@ fn spawn_in(
     let (lib_arg, private_lib) = match &config.lib_location {
         LibLocation::HostPath(path) => {
             copy_replacing(&artifacts.libcuda, path)?;
+            (path.clone(), String::new())
+        }
+        LibLocation::Installed(path) => {
+            if !path.is_file() {
+                bail!("{} is not installed (install_libcuda)", path.display());
+            }
             (path.clone(), String::new())
         }
         LibLocation::PrivateNamespace => {

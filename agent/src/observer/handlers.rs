@@ -403,9 +403,15 @@ impl<K: KernelSide> Observer<K> {
 
     fn on_died(&mut self, e: &TaskEvent) {
         let h = &e.header;
-        // A late cuInit with no driver call in flight was most likely over before its thread
-        // exited (its return was not seen): it ends here, no death inside it.
-        if e.what & DIED_IN_LATE_CUINIT != 0 && e.what & DIED_IN_IOCTL == 0 {
+        // A late cuInit with no driver call in flight, not stalled, was most likely over
+        // before its thread exited (its return was not seen): it ends here, no death
+        // inside it. A stalled one died in it.
+        let stalled = self.detector.is_reported(&CallKey {
+            kind: CallKind::Cuinit,
+            tid: h.tid,
+            start_ns: e.start_ns,
+        });
+        if e.what & DIED_IN_LATE_CUINIT != 0 && e.what & DIED_IN_IOCTL == 0 && !stalled {
             if let Some(call) = self.calls.end(h.tgid, h.tid, false) {
                 self.end_late(h, e.start_ns, "thread_exited", call);
             }

@@ -6,9 +6,10 @@
 //! seen either, what its result was, from what its driver calls told.
 //!
 //! The result comes from what NVIDIA's own libcuda was seen to return after the same driver
-//! calls, in `cargo xtask vm-test`'s nvidia series (Debian's libcuda1 and
-//! nvidia-open-kernel-dkms 535.261.03-1 and 550.163.01-2, docs/compatibility.md): where the
-//! calls do not tell, the result is `unknown`, never a guess.
+//! calls: in `cargo xtask vm-test`'s nvidia series (Debian's libcuda1 and
+//! nvidia-open-kernel-dkms 535.261.03-1 and 550.163.01-2, docs/compatibility.md), and on the
+//! HMM set-up incident's hosts (`UVM_REGISTER_GPU` failing, README). Where the calls do not
+//! tell, the result is `unknown`, never a guess.
 
 use uvmwatch_common::{LATE_END_EXEC, LATE_END_NEXT_CALL, LATE_END_NEXT_CUINIT, LATE_END_RETURN};
 
@@ -20,6 +21,8 @@ use crate::event::CallSummary;
 /// the kernel), with gaps of milliseconds between them.
 pub const QUIET_NS: u64 = 1_000_000_000;
 
+/// `CUDA_ERROR_NOT_INITIALIZED` (`cuda.h`).
+const NOT_INITIALIZED: i64 = 3;
 /// `CUDA_ERROR_NO_DEVICE` (`cuda.h`).
 const NO_DEVICE: i64 = 100;
 /// `CUDA_ERROR_SYSTEM_DRIVER_MISMATCH` (`cuda.h`).
@@ -69,6 +72,20 @@ pub fn infer(
             format!(
                 "open {path} failed ({errno}): libcuda returns CUDA_ERROR_NO_DEVICE without \
                  the control node (seen: 535.261.03)"
+            ),
+        ));
+    }
+    if let Some(f) = call
+        .last_failure
+        .as_ref()
+        .filter(|f| f.call == "UVM_REGISTER_GPU")
+    {
+        return Some((
+            NOT_INITIALIZED,
+            format!(
+                "{} failed ({}): libcuda returns CUDA_ERROR_NOT_INITIALIZED when nvidia_uvm cannot \
+                 register the GPU (the HMM set-up incident, README)",
+                f.what, f.result
             ),
         ));
     }
@@ -152,6 +169,18 @@ mod tests {
             why.starts_with("open /dev/nvidia-uvm failed (EACCES)"),
             "{why}"
         );
+        // UVM_REGISTER_GPU failing (the incident): 3.
+        let reg = CallSummary {
+            driver_calls: 20,
+            last_failure: Some(FailedStep {
+                what: "UVM_REGISTER_GPU on /dev/nvidia-uvm".into(),
+                call: "UVM_REGISTER_GPU".into(),
+                node: "nvidia-uvm".into(),
+                result: "NV_ERR_NO_MEMORY".into(),
+            }),
+            ..CallSummary::default()
+        };
+        assert_eq!(infer(&reg, "quiet", None, None).unwrap().0, 3);
         // No failure, then a context call: it succeeded. Without driver calls, nothing.
         assert_eq!(infer(&ok, "next_call", None, None).unwrap().0, 0);
         assert_eq!(

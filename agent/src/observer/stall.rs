@@ -136,6 +136,11 @@ impl StallDetector {
         out
     }
 
+    /// Whether the call has been reported as stalled (and has not ended).
+    pub fn is_reported(&self, key: &CallKey) -> bool {
+        self.reported.contains_key(key)
+    }
+
     /// Ends the stall of a call that returned or whose thread died; `None` when that call
     /// was never reported as stalled.
     pub fn end(&mut self, key: &CallKey) -> Option<InFlight> {

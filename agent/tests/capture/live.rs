@@ -39,6 +39,7 @@ impl CaptureRun {
             .args(["--format", format, "-o"])
             .arg(out)
             .args(["--cuinit-stall", "1s", "--ioctl-stall", "1s"])
+            .args(common::host_lib().flags())
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -153,8 +154,8 @@ fn workload(dev: &FakeDev, scenario: Scenario) -> Workload {
         WorkloadConfig {
             scenario,
             gpus: 1,
-            wait_ms: 1500,
-            lib_location: LibLocation::PrivateNamespace,
+            wait_ms: 0,
+            lib_location: common::host_lib().location(),
             fork_child: false,
             extra_env: vec![],
         },

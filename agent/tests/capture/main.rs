@@ -56,7 +56,7 @@ use uvmwatch::{
     },
 };
 use uvmwatch_testbed::{
-    FakeDev, FakeDevConfig, IoctlAction, IoctlRule, LibLocation, Scenario, Workload, WorkloadConfig,
+    FakeDev, FakeDevConfig, IoctlAction, IoctlRule, Scenario, Workload, WorkloadConfig,
 };
 
 const T: Duration = Duration::from_secs(20);

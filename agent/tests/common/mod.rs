@@ -50,6 +50,42 @@ pub fn artifacts() -> &'static Artifacts {
     })
 }
 
+/// The fake library installed at a host path before any agent starts, as a host's driver
+/// library is: every agent [`Agent::start`] starts probes it from its start (`--libcuda`),
+/// so every `cuInit` of a workload on [`HostLib::location`] is seen whole. One per test
+/// binary ([`host_lib`]). A workload on [`LibLocation::PrivateNamespace`] has a library of
+/// its own instead, which an agent meets only when it is opened.
+pub struct HostLib {
+    pub path: PathBuf,
+}
+
+impl HostLib {
+    /// `--libcuda <path>` for an agent.
+    pub fn flags(&self) -> [String; 2] {
+        ["--libcuda".into(), self.path.display().to_string()]
+    }
+
+    pub fn location(&self) -> LibLocation {
+        LibLocation::Installed(self.path.clone())
+    }
+}
+
+/// The host's installed library of this test binary (next to the test doubles).
+pub fn host_lib() -> &'static HostLib {
+    static L: OnceLock<HostLib> = OnceLock::new();
+    L.get_or_init(|| {
+        let a = artifacts();
+        let path = a
+            .libcuda
+            .parent()
+            .expect("artifacts dir")
+            .join("host-lib")
+            .join("libcuda.so.1");
+        uvmwatch_testbed::install_libcuda(a, &path).expect("install libcuda");
+        HostLib { path }
+    })
+}
+
 /// A workload on one GPU with its library in a private mount namespace, waiting `wait_ms`
 /// before `cuInit`, with `args` for `cuda-workload` (`--flood-ms`, `--lib`, ...).
 #[allow(dead_code)] // not every test binary spawns workloads this way
@@ -140,6 +176,7 @@ impl Agent {
                 &listen,
             ])
             .args(extra)
+            .args(host_lib().flags())
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -351,8 +388,10 @@ impl Drop for Agent {
 }
 
 /// The value of the series `name{labels}` in an exposition (labels as `k="v"` pairs, all of
-/// which must be present), or `None`.
+/// which must be present), summed over every series that has them (as PromQL's `sum`), or
+/// `None` when none has.
 pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut sum: Option<f64> = None;
     for line in text.lines() {
         if line.starts_with('#') {
             continue;
@@ -372,10 +411,12 @@ pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
             .iter()
             .all(|(k, v)| rest.split(',').any(|p| p == format!("{k}=\"{v}\"")))
         {
-            return value.parse().ok();
+            if let Ok(v) = value.parse::<f64>() {
+                *sum.get_or_insert(0.0) += v;
+            }
         }
     }
-    None
+    sum
 }
 
 /// A unique host path for a copy of the fake libcuda (removed by the caller's `TempDir`).
