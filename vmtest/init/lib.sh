@@ -1,4 +1,5 @@
-# Helpers for vmtest/init/tests.sh (busybox sh). Sourced by /init.
+# Helpers for vmtest/init/tests.sh and nvidia.sh (busybox sh). Sourced by /init, before the
+# series' script (which may set LIBCUDA: the library agent_start gives `--libcuda`).
 #
 # A test is a shell function `test_<name>` listed in VMTEST_TESTS. It records checks with
 # `check DESC CMD...` (or `note TEXT`, `bad TEXT`) and may end early with `skip REASON`; the
@@ -10,8 +11,13 @@
 
 AGENT_LOG=/tmp/agent.log
 AGENT_PIDFILE=/tmp/agent.pid
+# The libcuda agent_start probes (`--libcuda`) and run_workload loads: the testbed's fake in
+# the stub series; nvidia.sh sets the real one.
 LIBCUDA=/opt/fakecuda/libcuda.so.1
 MODDIR=/vmtest/modules
+# The nvidia series: NVIDIA's modules, and `deps` (the kernel modules nvidia.ko needs, in
+# load order, from the kernel's own package).
+NVDIR=/vmtest/nvidia
 UVM_PARAMS=/sys/module/nvidia_uvm/parameters
 
 say() { echo "$*"; }
@@ -59,7 +65,7 @@ run_test() {
 vmtest_main() {
 	_only=$(sed -n 's/.*vmtest\.only=\([^ ]*\).*/\1/p' /proc/cmdline | tr ',' ' ')
 	say ""
-	say "VMTEST-BEGIN kernel=$(uname -r) cpus=$(nproc) mem_kb=$(sed -n 's/MemTotal: *\([0-9]*\).*/\1/p' /proc/meminfo)"
+	say "VMTEST-BEGIN kernel=$(uname -r) series=${VMTEST_SERIES:-stub} cpus=$(nproc) mem_kb=$(sed -n 's/MemTotal: *\([0-9]*\).*/\1/p' /proc/meminfo)"
 	_first=1
 	for _b in $VMTEST_BACKENDS; do
 		export UVMWATCH_PROBE_BACKEND="$_b"
@@ -177,11 +183,12 @@ kallsyms_has() { [ -z "$(kallsyms_missing "$2" "$1")" ]; }
 uvm_mode() { echo "$1" >"$UVM_PARAMS/mode"; }
 uvm_stat() { tr ' ' '\n' <"$UVM_PARAMS/stats" | sed -n "s/^$1=//p"; }
 
-# mknod the device nodes from /proc/devices, as nvidia-modprobe does on a real host.
+# make_nodes [nogpu]: mknod the device nodes from /proc/devices, as nvidia-modprobe does on a
+# real host; with `nogpu` (the real driver without a GPU) no /dev/nvidia0.
 make_nodes() {
 	rm -f /dev/nvidiactl /dev/nvidia0 /dev/nvidia-uvm /dev/nvidia-uvm-tools
 	mknod -m 666 /dev/nvidiactl c 195 255
-	mknod -m 666 /dev/nvidia0 c 195 0
+	[ "$1" = nogpu ] || mknod -m 666 /dev/nvidia0 c 195 0
 	_maj=$(sed -n 's/^ *\([0-9]*\) nvidia-uvm$/\1/p' /proc/devices)
 	[ -n "$_maj" ] || return 1
 	mknod -m 666 /dev/nvidia-uvm c "$_maj" 0
@@ -189,6 +196,33 @@ make_nodes() {
 }
 
 load_uvm() { insmod "$MODDIR/nvidia-uvm.ko" "$@" && make_nodes && kallsyms_refresh; }
+
+# --- NVIDIA's real modules (the nvidia series) ---------------------------------------------
+# mod_loaded FILE.ko: the module of that file is loaded.
+mod_loaded() { [ -d "/sys/module/$(basename "$1" .ko | tr - _)" ]; }
+# load_nvidia_deps: the kernel modules nvidia.ko needs (drm), in the order of $NVDIR/deps.
+load_nvidia_deps() {
+	for _m in $(cat "$NVDIR/deps" 2>/dev/null); do
+		mod_loaded "$_m" || insmod "$NVDIR/$_m" || return 1
+	done
+}
+# load_nvidia [NVIDIA.KO PARAMS]: the dependencies, nvidia.ko with assume_nvswitch=1 (the
+# patched-in parameter that lets it load without a GPU, vmtest/nvidia/patches/0002-*), then
+# nvidia-uvm.ko; the nodes as nvidia-modprobe makes them, without /dev/nvidia0.
+load_nvidia() {
+	load_nvidia_deps || return 1
+	mod_loaded nvidia.ko || insmod "$NVDIR/nvidia.ko" assume_nvswitch=1 "$@" || return 1
+	mod_loaded nvidia-uvm.ko || insmod "$NVDIR/nvidia-uvm.ko" || return 1
+	make_nodes nogpu && kallsyms_refresh
+}
+# dmesg_since N: the kernel log after its first N lines (N from `dmesg | wc -l`), times cut.
+dmesg_since() { dmesg | tail -n +$(($1 + 1)) | sed 's/^\[[^]]*\] //'; }
+# print_file PREFIX FILE: FILE's lines with PREFIX, a last line without newline included.
+print_file() {
+	sed "s/^/$1/" "$2"
+	[ -n "$(tail -c1 "$2" 2>/dev/null)" ] && echo
+	return 0
+}
 
 # run_workload OUT [ARGS]: the unchanged test workload against the fake libcuda, in the
 # background; sets WL_PID. Its stdout/stderr go to OUT.

@@ -4,7 +4,6 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
@@ -85,30 +84,56 @@ pub(super) fn resolve_kernels(spec: &str, paths: &Paths) -> Result<Vec<String>> 
     Ok(out)
 }
 
+/// How `apt-get download` is run: with the machine's configuration (the kernels), or with a
+/// private one (the NVIDIA packages, see `nvidia.rs`) given as `-o` options.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Apt {
+    /// `-o Name=value` pairs put before the command.
+    pub(super) opts: Vec<String>,
+}
+
+impl Apt {
+    /// `tool` (`apt-get`, `apt-cache`) with this configuration.
+    pub(super) fn command(&self, tool: &str) -> Command {
+        let mut c = Command::new(tool);
+        for o in &self.opts {
+            c.arg("-o").arg(o);
+        }
+        c
+    }
+}
+
 /// The cached `.deb` of `pkg` (at `version` when given), downloading it when absent.
-/// Returns the file and whether it was downloaded now.
-pub(super) fn fetch_deb(debs: &Path, pkg: &str, version: Option<&str>) -> Result<(PathBuf, bool)> {
-    let find = || -> Option<PathBuf> {
-        let mut hits: Vec<PathBuf> = fs::read_dir(debs)
+/// Returns the file and whether it was downloaded now. A download goes to a temporary
+/// directory first and is moved into `debs` only when apt-get is done with it.
+pub(super) fn fetch_deb(
+    debs: &Path,
+    pkg: &str,
+    version: Option<&str>,
+    apt: &Apt,
+) -> Result<(PathBuf, bool)> {
+    let matches = |p: &Path| -> bool {
+        let n = p
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .to_string();
+        let mut parts = n.split('_');
+        parts.next() == Some(pkg)
+            && version.is_none_or(|v| parts.next() == Some(&v.replace(':', "%3a")))
+            && n.ends_with(".deb")
+    };
+    let find = |dir: &Path| -> Option<PathBuf> {
+        let mut hits: Vec<PathBuf> = fs::read_dir(dir)
             .ok()?
             .filter_map(|e| e.ok())
             .map(|e| e.path())
-            .filter(|p| {
-                let n = p
-                    .file_name()
-                    .unwrap_or_default()
-                    .to_string_lossy()
-                    .to_string();
-                let mut parts = n.split('_');
-                parts.next() == Some(pkg)
-                    && version.is_none_or(|v| parts.next() == Some(&v.replace(':', "%3a")))
-                    && n.ends_with(".deb")
-            })
+            .filter(|p| p.is_file() && matches(p))
             .collect();
         hits.sort();
         hits.pop()
     };
-    if let Some(p) = find() {
+    if let Some(p) = find(debs) {
         return Ok((p, false));
     }
     let spec = match version {
@@ -116,14 +141,27 @@ pub(super) fn fetch_deb(debs: &Path, pkg: &str, version: Option<&str>) -> Result
         None => pkg.to_string(),
     };
     println!("vm-test: apt-get download {spec}");
-    util::run_inherit(
-        Command::new("apt-get")
-            .current_dir(debs)
+    let tmp = cache::temp_beside(&debs.join(format!(".download-{}", cache::component(pkg))))?;
+    let r = util::run_inherit(
+        apt.command("apt-get")
+            .current_dir(&tmp)
             .args(["download", "-q", &spec]),
-    )?;
-    find()
-        .map(|p| (p, true))
-        .with_context(|| format!("apt-get download {spec} left no .deb in {}", debs.display()))
+    );
+    let got = find(&tmp);
+    let out = match (r, got) {
+        (Ok(()), Some(p)) => {
+            let dst = debs.join(p.file_name().unwrap_or_default());
+            fs::rename(&p, &dst).with_context(|| format!("move {} into the cache", p.display()))?;
+            Ok((dst, true))
+        }
+        (Ok(()), None) => Err(anyhow::anyhow!(
+            "apt-get download {spec} left no .deb in {}",
+            tmp.display()
+        )),
+        (Err(e), _) => Err(e),
+    };
+    let _ = fs::remove_dir_all(&tmp);
+    out
 }
 
 pub(super) fn deb_field(deb: &Path, field: &str) -> Result<String> {
@@ -149,21 +187,18 @@ pub(super) fn q(p: &Path) -> String {
 
 /// The `.deb`s of one kernel: image, headers, common headers, kbuild.
 pub(super) struct KernelDebs {
-    image: PathBuf,
-    headers: Vec<PathBuf>,
+    pub(super) image: PathBuf,
+    pub(super) headers: Vec<PathBuf>,
 }
 
-pub(super) fn fetch_kernel(
-    paths: &Paths,
-    release: &str,
-    run: &mut KernelRun,
-) -> Result<KernelDebs> {
-    let t = Instant::now();
+/// Fetches (cached) the kernel's packages; returns them and whether any was downloaded.
+pub(super) fn fetch_kernel(paths: &Paths, release: &str) -> Result<(KernelDebs, bool)> {
+    let apt = Apt::default();
     let mut downloaded = false;
-    let (image, d) = fetch_deb(&paths.debs, &format!("linux-image-{release}"), None)?;
+    let (image, d) = fetch_deb(&paths.debs, &format!("linux-image-{release}"), None, &apt)?;
     downloaded |= d;
     let hdr_pkg = format!("linux-headers-{release}");
-    let (hdr, d) = fetch_deb(&paths.debs, &hdr_pkg, None)?;
+    let (hdr, d) = fetch_deb(&paths.debs, &hdr_pkg, None, &apt)?;
     downloaded |= d;
     let hdr_version = deb_field(&hdr, "Version")?;
     let mut headers = vec![hdr.clone()];
@@ -171,7 +206,7 @@ pub(super) fn fetch_kernel(
         let is_common = name.starts_with("linux-headers-") && name.ends_with("-common");
         if is_common || name.starts_with("linux-kbuild-") {
             let v = version.unwrap_or_else(|| hdr_version.clone());
-            let (p, d) = fetch_deb(&paths.debs, &name, Some(&v))?;
+            let (p, d) = fetch_deb(&paths.debs, &name, Some(&v), &apt)?;
             downloaded |= d;
             headers.push(p);
         }
@@ -179,9 +214,7 @@ pub(super) fn fetch_kernel(
     if headers.len() < 3 {
         bail!("{hdr_pkg} does not name its -common headers and kbuild packages");
     }
-    run.download = t.elapsed();
-    run.downloaded = downloaded;
-    Ok(KernelDebs { image, headers })
+    Ok((KernelDebs { image, headers }, downloaded))
 }
 
 /// Extracts vmlinuz and the headers (once); returns (vmlinuz, kbuild dir).

@@ -61,7 +61,9 @@ pub(super) fn build_module(paths: &Paths, kdir: &Path, kbuild: &Path) -> Result<
 
 pub(super) struct Userspace {
     /// (path inside the initramfs, file on the host)
-    files: Vec<(String, PathBuf)>,
+    pub(super) files: Vec<(String, PathBuf)>,
+    /// The overhead benchmark and the release agent it measures (the stub series only).
+    pub(super) bench: Vec<(String, PathBuf)>,
     busybox: PathBuf,
 }
 
@@ -127,6 +129,7 @@ pub(super) fn build_userspace(
         hmm.clone(),
         libcuda.clone(),
     ];
+    let mut bench_files = Vec::new();
     if let Some(b) = bench {
         // The benchmark, and the release agent it measures (a debug agent's own CPU would
         // take from the loops: TCG runs every vCPU on one host thread).
@@ -136,37 +139,64 @@ pub(super) fn build_userspace(
         ] {
             let stripped = us.join(name);
             util::run_inherit(Command::new("strip").arg("-o").arg(&stripped).arg(from))?;
-            files.push((format!("usr/bin/{name}"), stripped.clone()));
+            bench_files.push((format!("usr/bin/{name}"), stripped.clone()));
             bins.push(stripped);
         }
     }
-    let mut libs = BTreeSet::new();
-    for bin in &bins {
-        let o = Command::new("ldd").arg(bin).output().context("run ldd")?;
-        libs.extend(ldd_paths(&String::from_utf8_lossy(&o.stdout)));
-    }
     // dlopen'ed by nothing else; libdl/libpthread are part of libc on Debian 12.
-    for l in libs {
-        let inside = l.to_string_lossy().trim_start_matches('/').to_string();
-        files.push((inside, l));
-    }
+    files.extend(libraries(&bins)?);
     let busybox = ["/bin/busybox", "/usr/bin/busybox"]
         .iter()
         .map(PathBuf::from)
         .find(|p| p.is_file())
         .context("no busybox (apt-get install busybox-static)")?;
-    Ok(Userspace { files, busybox })
+    Ok(Userspace {
+        files,
+        bench: bench_files,
+        busybox,
+    })
+}
+
+/// The shared libraries and loader `ldd` names for `bins`, as (path inside, host file).
+pub(super) fn libraries(bins: &[PathBuf]) -> Result<Vec<(String, PathBuf)>> {
+    let mut libs = BTreeSet::new();
+    for bin in bins {
+        let o = Command::new("ldd").arg(bin).output().context("run ldd")?;
+        libs.extend(ldd_paths(&String::from_utf8_lossy(&o.stdout)));
+    }
+    Ok(libs
+        .into_iter()
+        .map(|l| (l.to_string_lossy().trim_start_matches('/').to_string(), l))
+        .collect())
+}
+
+/// What one series' initramfs holds besides the common base (busybox, `/init`, `lib.sh`,
+/// the agent and the test programs).
+pub(super) struct Image {
+    /// Where the tree and `ir.cpio.gz` go.
+    pub(super) dir: PathBuf,
+    /// The test script of `vmtest/init/` that `/init` sources (`tests.sh`, `nvidia.sh`).
+    pub(super) script: &'static str,
+    /// Put the overhead benchmark in.
+    pub(super) bench: bool,
+    /// (path inside, host file, mode)
+    pub(super) files: Vec<(String, PathBuf, u32)>,
+    /// (path inside, link target)
+    pub(super) links: Vec<(String, String)>,
+    /// Lines added to `/etc/passwd` and `/etc/group`.
+    pub(super) passwd: Vec<String>,
+    pub(super) group: Vec<String>,
 }
 
 pub(super) fn build_initramfs(
     paths: &Paths,
     kdir: &Path,
     release: &str,
-    modules: &Path,
     us: &Userspace,
+    img: &Image,
     keep: bool,
 ) -> Result<PathBuf> {
-    let tree = kdir.join("initramfs");
+    let tree = img.dir.join("initramfs");
     let _ = fs::remove_dir_all(&tree);
     for d in [
         "bin",
@@ -180,7 +210,6 @@ pub(super) fn build_initramfs(
         "run",
         "root",
         "etc",
-        "vmtest/modules",
         "opt/fakecuda",
         "lib64",
     ] {
@@ -200,22 +229,48 @@ pub(super) fn build_initramfs(
     let init = paths.root.join("vmtest/init");
     put("init", &init.join("init"), 0o755)?;
     put("vmtest/lib.sh", &init.join("lib.sh"), 0o644)?;
-    put("vmtest/tests.sh", &init.join("tests.sh"), 0o644)?;
-    for ko in ["nvidia.ko", "nvidia-uvm.ko"] {
-        put(&format!("vmtest/modules/{ko}"), &modules.join(ko), 0o644)?;
-    }
+    put(
+        &format!("vmtest/{}", img.script),
+        &init.join(img.script),
+        0o644,
+    )?;
     for (inside, from) in &us.files {
         put(inside, from, 0o755)?;
+    }
+    if img.bench {
+        for (inside, from) in &us.bench {
+            put(inside, from, 0o755)?;
+        }
+    }
+    for (inside, from, mode) in &img.files {
+        put(inside, from, *mode)?;
+    }
+    for (inside, target) in &img.links {
+        let dst = tree.join(inside);
+        if let Some(parent) = dst.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        let _ = fs::remove_file(&dst);
+        std::os::unix::fs::symlink(target, &dst)?;
     }
     // The kernel's config where a Debian host has it (the agent's doctor reads it).
     let config = kdir.join("config");
     if config.is_file() {
         put(&format!("boot/config-{release}"), &config, 0o644)?;
     }
-    fs::write(tree.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n")?;
-    fs::write(tree.join("etc/group"), "root:x:0:\n")?;
+    let lines = |first: &str, more: &[String]| -> String {
+        std::iter::once(first.to_string())
+            .chain(more.iter().cloned())
+            .map(|l| l + "\n")
+            .collect()
+    };
+    fs::write(
+        tree.join("etc/passwd"),
+        lines("root:x:0:0:root:/root:/bin/sh", &img.passwd),
+    )?;
+    fs::write(tree.join("etc/group"), lines("root:x:0:", &img.group))?;
 
-    let out = kdir.join("ir.cpio.gz");
+    let out = img.dir.join("ir.cpio.gz");
     sh(&format!(
         "cd {} && find . | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet | gzip -1 > {}",
         q(&tree),

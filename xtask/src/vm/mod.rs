@@ -2,9 +2,12 @@
 //!
 //! The machines of this project run a kernel without kprobes and without loadable modules,
 //! so kprobe paths and anything that needs a kernel module are tested on Debian's own
-//! kernels instead (`docs/vm-test.md`). For each kernel:
+//! kernels instead (`docs/vm-test.md`). Two series per kernel: `stub` (test modules standing
+//! in for NVIDIA's, `vmtest/init/tests.sh`) and `nvidia` (NVIDIA's real open modules and
+//! libcuda from Debian's packages, `vmtest/init/nvidia.sh`, see `nvidia.rs`). For each
+//! kernel:
 //!
-//! 1. `apt-get download` (cached in `target/vmtest/debs/`) the `linux-image-<k>` package, its
+//! 1. `apt-get download` (cached in `<cache>/vmtest/debs/`, `cache.rs`) the `linux-image-<k>` package, its
 //!    `linux-headers-<k>`, the matching `-common` headers and `linux-kbuild-*`;
 //! 2. extract `vmlinuz` and the headers under `target/vmtest/<k>/` (the host system is not
 //!    modified) and build the test modules of `vmtest/module/` against them;
@@ -13,9 +16,11 @@
 //!    loader, the testbed's fake `libcuda.so.1` and `cuda-workload`, and `uvm-hmm-test`;
 //! 4. boot it with `qemu-system-x86_64` (KVM when usable, else TCG) under a wall-clock
 //!    limit, stream the serial console to `target/vmtest/<k>/console.log` and collect its
-//!    `VMTEST <name> PASS|FAIL|SKIP <detail>` lines.
+//!    `VMTEST <name> PASS|FAIL|SKIP <detail>` lines;
+//! 5. for the `nvidia` series, the same with NVIDIA's modules built (cached) against the
+//!    kernel's headers, in `target/vmtest/<k>/nvidia/`.
 //!
-//! Prints a per-kernel summary with the time of each step; exit status 1 when a test failed
+//! Prints a per-kernel and per-series summary with the time of each step; exit status 1 when a test failed
 //! or a VM did not finish, 2 when something could not be prepared.
 
 use std::collections::BTreeSet;
@@ -27,16 +32,19 @@ use std::process::{Command, ExitCode};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::{setup, util};
 
+mod cache;
 mod debs;
 mod image;
+mod nvidia;
 mod qemu;
 
 use debs::*;
 use image::*;
+use nvidia::NvidiaPlan;
 use qemu::*;
 
 /// `cargo xtask vm-test` options.
@@ -52,7 +60,13 @@ pub struct VmTestArgs {
     /// Put a release build of the agent in the VM (default: the debug build).
     #[arg(long)]
     pub release: bool,
-    /// Run only these tests (comma-separated names from `vmtest/init/tests.sh`).
+    /// Which series to run per kernel: `stub` (test modules standing in for NVIDIA's,
+    /// `vmtest/init/tests.sh`), `nvidia` (NVIDIA's real open modules and libcuda,
+    /// `vmtest/init/nvidia.sh`), or both separated by a comma.
+    #[arg(long, default_value = "stub,nvidia")]
+    pub series: String,
+    /// Run only these tests (comma-separated names from `vmtest/init/tests.sh` or
+    /// `nvidia.sh`; a series with none of them is left out).
     #[arg(long)]
     pub only: Option<String>,
     /// Put this agent binary in the VM instead of building one (e.g. a build from another
@@ -179,14 +193,23 @@ fn parse_result(line: &str) -> Option<TestResult> {
     })
 }
 
-/// What one kernel's run measured and found.
+/// What one kernel's run of one series measured and found.
 #[derive(Debug, Default)]
 struct KernelRun {
     release: String,
+    /// `stub`, or `nvidia-<version>`.
+    series: String,
+    /// The series' directory: its initramfs, console log (and for `nvidia` the saved files).
+    dir: PathBuf,
     download: Duration,
     downloaded: bool,
     headers: Duration,
     module: Duration,
+    /// The module build was taken from the cache (the `nvidia` series).
+    module_cached: bool,
+    /// Save the console lines with a file prefix (`strace| `, ...) into `dir`.
+    artifacts: bool,
+    artifact_files: Vec<String>,
     initramfs: Duration,
     initramfs_bytes: u64,
     boot: Option<Duration>,
@@ -202,6 +225,19 @@ struct KernelRun {
 }
 
 impl KernelRun {
+    fn new(release: &str, series: &str, dir: PathBuf) -> KernelRun {
+        KernelRun {
+            release: release.to_string(),
+            series: series.to_string(),
+            console: dir.join("console.log"),
+            dir,
+            ..Default::default()
+        }
+    }
+    /// `<release> <series>`, as the summary shows it.
+    fn name(&self) -> String {
+        format!("{} {}", self.release, self.series)
+    }
     fn count(&self, status: &str) -> usize {
         self.results.iter().filter(|r| r.status == status).count()
     }
@@ -212,9 +248,134 @@ impl KernelRun {
 
 struct Paths {
     root: PathBuf,
+    /// `target/vmtest`: extracted kernels, builds of this clone, initramfs trees.
     work: PathBuf,
+    /// `<cache>/vmtest/debs`: every downloaded package.
     debs: PathBuf,
     userspace: PathBuf,
+    /// The cache that outlives the clone (`cache.rs`).
+    cache: PathBuf,
+}
+
+/// Which series `--series` asks for: (stub, nvidia).
+fn parse_series(spec: &str) -> Result<(bool, bool)> {
+    let (mut stub, mut nv) = (false, false);
+    for s in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        match s {
+            "stub" => stub = true,
+            "nvidia" => nv = true,
+            "all" => (stub, nv) = (true, true),
+            _ => bail!("unknown --series {s:?}: use stub, nvidia or stub,nvidia"),
+        }
+    }
+    if !stub && !nv {
+        bail!("--series names no series");
+    }
+    Ok((stub, nv))
+}
+
+/// The tests a script runs: the names in its `VMTEST_TESTS="..."` and `VMTEST_FINAL="..."`
+/// assignments (which may span lines).
+fn script_tests(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for var in ["VMTEST_TESTS=\"", "VMTEST_FINAL=\""] {
+        let mut rest = text;
+        while let Some(i) = rest.find(var) {
+            let at_line_start = i == 0 || rest[..i].ends_with('\n');
+            rest = &rest[i + var.len()..];
+            let Some(end) = rest.find('"') else { break };
+            if at_line_start {
+                out.extend(rest[..end].split_whitespace().map(String::from));
+            }
+            rest = &rest[end..];
+        }
+    }
+    out
+}
+
+/// A kernel's packages, extracted.
+struct KernelPrep {
+    kdir: PathBuf,
+    debs: KernelDebs,
+    vmlinuz: PathBuf,
+    kbuild: PathBuf,
+    download: Duration,
+    downloaded: bool,
+    headers: Duration,
+}
+
+fn prepare_kernel(args: &VmTestArgs, paths: &Paths, release: &str) -> Result<KernelPrep> {
+    let kdir = paths.work.join(release);
+    fs::create_dir_all(&kdir)?;
+    let t = Instant::now();
+    let (debs, downloaded) = fetch_kernel(paths, release)?;
+    let download = t.elapsed();
+    let t = Instant::now();
+    let (vmlinuz, kbuild) = extract_kernel(&kdir, release, &debs, args.keep)?;
+    Ok(KernelPrep {
+        kdir,
+        debs,
+        vmlinuz,
+        kbuild,
+        download,
+        downloaded,
+        headers: t.elapsed(),
+    })
+}
+
+/// The stand-in series of one kernel: the test modules, `tests.sh`, the benchmark.
+fn run_stub(
+    args: &VmTestArgs,
+    paths: &Paths,
+    us: &Userspace,
+    accel: &str,
+    kp: &KernelPrep,
+    run: &mut KernelRun,
+) -> Result<()> {
+    let t = Instant::now();
+    let modules = build_module(paths, &kp.kdir, &kp.kbuild)?;
+    run.module = t.elapsed();
+    let t = Instant::now();
+    let img = Image {
+        dir: run.dir.clone(),
+        script: "tests.sh",
+        bench: true,
+        files: ["nvidia.ko", "nvidia-uvm.ko"]
+            .iter()
+            .map(|ko| (format!("vmtest/modules/{ko}"), modules.join(ko), 0o644))
+            .collect(),
+        links: Vec::new(),
+        passwd: Vec::new(),
+        group: Vec::new(),
+    };
+    let initrd = build_initramfs(paths, &kp.kdir, &run.release, us, &img, args.keep)?;
+    run.initramfs = t.elapsed();
+    run.initramfs_bytes = fs::metadata(&initrd)?.len();
+    print_prepared(run);
+    boot_vm(args, accel, &kp.vmlinuz, &initrd, 1024, "", run)
+}
+
+fn print_prepared(run: &KernelRun) {
+    println!(
+        "vm-test: {}: download {}{}, headers {}, {} {}{}, initramfs {} ({} KiB)",
+        run.name(),
+        secs(run.download),
+        if run.downloaded { "" } else { " (cached)" },
+        secs(run.headers),
+        build_word(run),
+        secs(run.module),
+        if run.module_cached { " (cached)" } else { "" },
+        secs(run.initramfs),
+        run.initramfs_bytes / 1024
+    );
+}
+
+fn build_word(run: &KernelRun) -> &'static str {
+    if run.series == "stub" {
+        "module"
+    } else {
+        "nvidia build"
+    }
 }
 
 /// Runs `cargo xtask vm-test`.
@@ -223,23 +384,71 @@ struct Paths {
 /// Set-up, a download, a build or the initramfs failed (a failing test is exit status 1).
 pub fn run(args: &VmTestArgs) -> Result<ExitCode> {
     let t_all = Instant::now();
+    let (mut want_stub, mut want_nvidia) = parse_series(&args.series)?;
     setup::ensure_vm()?;
     let root = util::workspace_root();
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"));
     let work = target.join("vmtest");
+    let cache = cache::cache_dir();
     let paths = Paths {
         root: root.clone(),
-        debs: work.join("debs"),
+        debs: cache.join("vmtest/debs"),
         userspace: work.join("userspace"),
         work,
+        cache,
     };
     fs::create_dir_all(&paths.debs)?;
     fs::create_dir_all(&paths.userspace)?;
+    println!(
+        "vm-test: cache: {} (UVMWATCH_CACHE_DIR, else $XDG_CACHE_HOME/uvmwatch, else ~/.cache/uvmwatch)",
+        paths.cache.display()
+    );
+    cache::migrate_debs(&paths.work.join("debs"), &paths.debs)?;
+    cache::remove_stale_temps(&paths.debs);
+    cache::remove_stale_temps(&paths.cache.join("vmtest/nvidia"));
+
+    // --only: a series none of whose tests is named is left out.
+    if let Some(only) = &args.only {
+        let names: Vec<&str> = only
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        let tests_of = |script: &str| -> Result<Vec<String>> {
+            let p = root.join("vmtest/init").join(script);
+            Ok(script_tests(
+                &fs::read_to_string(&p).with_context(|| format!("read {}", p.display()))?,
+            ))
+        };
+        let (stub_tests, nv_tests) = (tests_of("tests.sh")?, tests_of("nvidia.sh")?);
+        for n in &names {
+            if !stub_tests.iter().chain(&nv_tests).any(|t| t == n) {
+                println!("vm-test: warning: --only {n}: no such test in tests.sh or nvidia.sh");
+            }
+        }
+        for (want, tests, name) in [
+            (&mut want_stub, &stub_tests, "stub"),
+            (&mut want_nvidia, &nv_tests, "nvidia"),
+        ] {
+            if *want && !names.iter().any(|n| tests.iter().any(|t| t == n)) {
+                println!("vm-test: --only names no test of the {name} series; it is left out");
+                *want = false;
+            }
+        }
+        if !want_stub && !want_nvidia {
+            bail!("--only {only}: no test of the series asked for");
+        }
+    }
 
     let releases = resolve_kernels(&args.kernel, &paths)?;
     println!("vm-test: kernels: {}", releases.join(", "));
+    let plan = if want_nvidia {
+        Some(NvidiaPlan::resolve(&paths, &releases)?)
+    } else {
+        None
+    };
 
     let t = Instant::now();
     let agent = match &args.agent {
@@ -264,7 +473,8 @@ pub fn run(args: &VmTestArgs) -> Result<ExitCode> {
             target.join(profile).join("uvmwatch")
         }
     };
-    let bench = if args.no_bench {
+    // The overhead benchmark runs in the stub series only.
+    let bench = if args.no_bench || !want_stub {
         None
     } else {
         Some(crate::bench::build(&root, &target)?)
@@ -282,15 +492,52 @@ pub fn run(args: &VmTestArgs) -> Result<ExitCode> {
     println!("vm-test: qemu accelerator: {accel}");
     let mut runs = Vec::new();
     for release in &releases {
-        let mut run = KernelRun {
-            release: release.clone(),
-            ..Default::default()
-        };
-        if let Err(e) = run_kernel(args, &paths, &userspace, accel, &mut run) {
-            println!("vm-test: {release}: {e:#}");
-            run.error = Some(format!("{e:#}"));
+        println!("\nvm-test: === {release} ===");
+        let kdir = paths.work.join(release);
+        let mut series = Vec::new();
+        if want_stub {
+            series.push(KernelRun::new(release, "stub", kdir.clone()));
         }
-        runs.push(run);
+        if let Some(plan) = &plan {
+            let label = plan
+                .release_for(release)
+                .map_or_else(|| "nvidia".to_string(), |r| format!("nvidia-{}", r.version));
+            let mut r = KernelRun::new(release, &label, kdir.join("nvidia"));
+            r.artifacts = true;
+            series.push(r);
+        }
+        let kp = match prepare_kernel(args, &paths, release) {
+            Ok(kp) => kp,
+            Err(e) => {
+                println!("vm-test: {release}: {e:#}");
+                for mut r in series {
+                    r.error = Some(format!("{e:#}"));
+                    runs.push(r);
+                }
+                continue;
+            }
+        };
+        for (i, mut run) in series.into_iter().enumerate() {
+            // The kernel's download and extraction are counted once, in its first series.
+            if i == 0 {
+                run.download = kp.download;
+                run.downloaded = kp.downloaded;
+                run.headers = kp.headers;
+            }
+            let r = fs::create_dir_all(&run.dir)
+                .map_err(anyhow::Error::from)
+                .and_then(|()| match &plan {
+                    Some(plan) if run.series != "stub" => {
+                        nvidia::run_nvidia(args, &paths, &userspace, accel, &kp, plan, &mut run)
+                    }
+                    _ => run_stub(args, &paths, &userspace, accel, &kp, &mut run),
+                });
+            if let Err(e) = r {
+                println!("vm-test: {}: {e:#}", run.name());
+                run.error = Some(format!("{e:#}"));
+            }
+            runs.push(run);
+        }
     }
 
     println!();
@@ -308,6 +555,13 @@ pub fn run(args: &VmTestArgs) -> Result<ExitCode> {
         for o in &r.overhead {
             println!("  {o}");
         }
+        if !r.artifact_files.is_empty() {
+            println!(
+                "  saved in {}: {}",
+                r.dir.display(),
+                r.artifact_files.join(", ")
+            );
+        }
     }
     Ok(if all_ok {
         ExitCode::SUCCESS
@@ -324,7 +578,7 @@ fn summary_line(r: &KernelRun) -> String {
     let verdict = if r.ok() { "ok" } else { "FAILED" };
     let mut s = format!(
         "  {}: {verdict}: {} passed, {} failed, {} skipped",
-        r.release,
+        r.name(),
         r.count("PASS"),
         r.count("FAIL"),
         r.count("SKIP")
@@ -337,11 +591,13 @@ fn summary_line(r: &KernelRun) -> String {
         s.push_str(" (VM ended before VMTEST-END)");
     }
     s.push_str(&format!(
-        "; download {}{}, headers {}, module {}, initramfs {} ({} KiB), boot {}, tests {}, VM {} (console: {})",
+        "; download {}{}, headers {}, {} {}{}, initramfs {} ({} KiB), boot {}, tests {}, VM {} (console: {})",
         secs(r.download),
         if r.downloaded { "" } else { " (cached)" },
         secs(r.headers),
+        build_word(r),
         secs(r.module),
+        if r.module_cached { " (cached)" } else { "" },
         secs(r.initramfs),
         r.initramfs_bytes / 1024,
         r.boot.map(secs).unwrap_or_else(|| "-".into()),
@@ -436,12 +692,45 @@ mod tests {
     }
 
     #[test]
+    fn series_flag() {
+        assert_eq!(parse_series("stub,nvidia").unwrap(), (true, true));
+        assert_eq!(parse_series("nvidia").unwrap(), (false, true));
+        assert_eq!(parse_series(" stub ").unwrap(), (true, false));
+        assert!(parse_series("real").is_err());
+        assert!(parse_series(",").is_err());
+    }
+
+    #[test]
+    fn tests_of_a_script() {
+        let text = "# VMTEST_TESTS=\"not this\"\nVMTEST_TESTS=\"a b\nc\"\nVMTEST_ONCE=\"a\"\nVMTEST_FINAL=\"z\"\n";
+        assert_eq!(script_tests(text), ["a", "b", "c", "z"]);
+        let root = util::workspace_root();
+        let stub = script_tests(&fs::read_to_string(root.join("vmtest/init/tests.sh")).unwrap());
+        assert!(stub.contains(&"cuinit_ok".to_string()) && stub.contains(&"overhead".to_string()));
+        let nv = script_tests(&fs::read_to_string(root.join("vmtest/init/nvidia.sh")).unwrap());
+        for t in [
+            "nvidia_refused",
+            "nvidia_load",
+            "nvidia_cuinit",
+            "agent_start",
+            "nvidia_capture",
+        ] {
+            assert!(nv.contains(&t.to_string()), "{t} not in nvidia.sh: {nv:?}");
+        }
+        assert!(
+            !nv.contains(&"overhead".to_string()),
+            "the benchmark stays in the stub series"
+        );
+    }
+
+    #[test]
     fn the_vm_files_exist() {
         let root = util::workspace_root();
         for f in [
             "vmtest/init/init",
             "vmtest/init/lib.sh",
             "vmtest/init/tests.sh",
+            "vmtest/init/nvidia.sh",
             "vmtest/module/Kbuild",
             "vmtest/module/uvm_stub.c",
             "vmtest/module/nv_stub.c",

@@ -2,6 +2,7 @@
 //! with the serial console streamed and its `VMTEST` lines collected.
 
 use std::fs;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -36,41 +37,22 @@ pub(super) fn accelerator() -> &'static str {
     }
 }
 
-pub(super) fn run_kernel(
+/// Boots `vmlinuz` with `initrd` (`mem_mb` of memory) and the kernel arguments `extra`
+/// besides the console, `--only` and `--append` ones; collects the results into `run`.
+pub(super) fn boot_vm(
     args: &VmTestArgs,
-    paths: &Paths,
-    us: &Userspace,
     accel: &str,
+    vmlinuz: &Path,
+    initrd: &Path,
+    mem_mb: u32,
+    extra: &str,
     run: &mut KernelRun,
 ) -> Result<()> {
-    let release = run.release.clone();
-    let kdir = paths.work.join(&release);
-    fs::create_dir_all(&kdir)?;
-    run.console = kdir.join("console.log");
-    println!("\nvm-test: === {release} ===");
-
-    let debs = fetch_kernel(paths, &release, run)?;
-    let t = Instant::now();
-    let (vmlinuz, kbuild) = extract_kernel(&kdir, &release, &debs, args.keep)?;
-    run.headers = t.elapsed();
-    let t = Instant::now();
-    let modules = build_module(paths, &kdir, &kbuild)?;
-    run.module = t.elapsed();
-    let t = Instant::now();
-    let initrd = build_initramfs(paths, &kdir, &release, &modules, us, args.keep)?;
-    run.initramfs = t.elapsed();
-    run.initramfs_bytes = fs::metadata(&initrd)?.len();
-    println!(
-        "vm-test: {release}: download {}{}, headers {}, module {}, initramfs {} ({} KiB)",
-        secs(run.download),
-        if run.downloaded { "" } else { " (cached)" },
-        secs(run.headers),
-        secs(run.module),
-        secs(run.initramfs),
-        run.initramfs_bytes / 1024
-    );
-
     let mut append = String::from("console=ttyS0 quiet panic=-1");
+    if !extra.is_empty() {
+        append.push(' ');
+        append.push_str(extra);
+    }
     if let Some(only) = &args.only {
         append.push_str(&format!(" vmtest.only={}", only.replace(' ', "")));
     }
@@ -78,26 +60,30 @@ pub(super) fn run_kernel(
         append.push(' ');
         append.push_str(extra);
     }
+    let mem = mem_mb.to_string();
     let mut cmd = Command::new("qemu-system-x86_64");
     cmd.args([
         "-accel",
         accel,
         "-m",
-        "1024",
+        &mem,
         "-smp",
         "2",
         "-nographic",
         "-no-reboot",
     ])
     .arg("-kernel")
-    .arg(&vmlinuz)
+    .arg(vmlinuz)
     .arg("-initrd")
-    .arg(&initrd)
+    .arg(initrd)
     .args(["-append", &append])
     .stdin(Stdio::null())
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
-    println!("vm-test: {release}: {}", util::describe(&cmd));
+    println!("vm-test: {}: {}", run.name(), util::describe(&cmd));
+    if run.artifacts {
+        nvidia::clear_artifacts(&run.dir);
+    }
     boot(&mut cmd, args, run)
 }
 
@@ -143,16 +129,14 @@ pub(super) fn boot(cmd: &mut Command, args: &VmTestArgs, run: &mut KernelRun) ->
 
     let deadline = t0 + Duration::from_secs(args.timeout);
     let mut begin: Option<Instant> = None;
+    let mut artifacts = nvidia::Artifacts::default();
     loop {
         let now = Instant::now();
         if now >= deadline {
             run.timed_out = true;
             let _ = child.kill();
             writeln!(log, "vm-test: killed after {}s (--timeout)", args.timeout)?;
-            println!(
-                "vm-test: {}: VM killed after {}s",
-                run.release, args.timeout
-            );
+            println!("vm-test: {}: VM killed after {}s", run.name(), args.timeout);
             break;
         }
         match rx.recv_timeout(deadline - now) {
@@ -164,12 +148,16 @@ pub(super) fn boot(cmd: &mut Command, args: &VmTestArgs, run: &mut KernelRun) ->
                     run.boot = Some(t0.elapsed());
                     println!(
                         "vm-test: {}: booted in {}:{rest}",
-                        run.release,
+                        run.name(),
                         secs(t0.elapsed())
                     );
                 } else if l.contains("VMTEST-END") {
                     run.finished = true;
                     run.tests = begin.map(|b| b.elapsed());
+                } else if run.artifacts && artifacts.take(&l) {
+                    if args.verbose {
+                        println!("  | {l}");
+                    }
                 } else if let Some(r) = parse_result(&l) {
                     println!("  {} {:<24} {}", r.status, r.name, r.detail);
                     run.results.push(r);
@@ -193,11 +181,22 @@ pub(super) fn boot(cmd: &mut Command, args: &VmTestArgs, run: &mut KernelRun) ->
     }
     let status = child.wait()?;
     run.vm_total = t0.elapsed();
+    if run.artifacts {
+        run.artifact_files = artifacts.write(&run.dir)?;
+        if !run.artifact_files.is_empty() {
+            println!(
+                "vm-test: {}: saved {} in {}",
+                run.name(),
+                run.artifact_files.join(", "),
+                run.dir.display()
+            );
+        }
+    }
     writeln!(log, "vm-test: qemu exited: {status}")?;
     if !run.finished && !run.timed_out {
         println!(
             "vm-test: {}: VM stopped before VMTEST-END ({status}); see {}",
-            run.release,
+            run.name(),
             run.console.display()
         );
     }
