@@ -228,6 +228,7 @@ fn every_ioctl_of_the_real_captures_is_named_and_its_status_read_at_its_drivers_
     );
     for (name, layout, selection) in [
         ("535.104.05-h100-cumemory", "535.104.05", "exact"),
+        ("535.261.03-gpuless-qemu-cuinit", "535.261.03", "exact"),
         ("545.29.06-gtx1650ti-primer", "545.29.06", "exact"),
         ("555.42.02-gtx1080ti-fragment", "555.42.02", "exact"),
     ] {
@@ -364,6 +365,12 @@ fn real_failing_starts_keep_the_failed_open_as_the_cause() {
             "nvidia-uvm=EPERM",
             "EPERM",
             "515.43.04",
+        ),
+        (
+            "535.261.03-gpuless-qemu-uvm-eacces",
+            "nvidia-uvm=EACCES",
+            "EACCES",
+            "535.261.03",
         ),
     ] {
         let run = replay_run(name, None);

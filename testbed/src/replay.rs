@@ -38,6 +38,14 @@ pub const REPLAY_FILES: &[(&str, &str)] = &[
         include_str!("../replays/535.104.05-h100-cumemory.replay"),
     ),
     (
+        "535.261.03-gpuless-qemu-cuinit",
+        include_str!("../replays/535.261.03-gpuless-qemu-cuinit.replay"),
+    ),
+    (
+        "535.261.03-gpuless-qemu-uvm-eacces",
+        include_str!("../replays/535.261.03-gpuless-qemu-uvm-eacces.replay"),
+    ),
+    (
         "545.29.06-gtx1650ti-primer",
         include_str!("../replays/545.29.06-gtx1650ti-primer.replay"),
     ),

@@ -30,6 +30,11 @@ const SYSTEM_DRIVER_MISMATCH: i64 = 803;
 /// `CUDA_ERROR_UNKNOWN` (`cuda.h`).
 const UNKNOWN: i64 = 999;
 
+/// A release's numbers for ordering (`535.261.03` before `550.163.01`).
+fn release_key(v: &str) -> Vec<u32> {
+    v.split('.').map(|p| p.parse().unwrap_or(0)).collect()
+}
+
 /// What the kernel's `LATE_END_*` value of an exit record says of how the call ended.
 pub fn ended(late_end: u32) -> &'static str {
     match late_end {
@@ -51,13 +56,14 @@ pub fn infer(
     driver: Option<&str>,
 ) -> Option<(i64, String)> {
     if let (Some(lib), Some(drv)) = (libcuda, driver) {
-        if lib != drv {
+        // Only an older library is refused so: 550.163.01's on the 535.261.03 module went
+        // on and failed as the module's own does (999).
+        if release_key(lib) < release_key(drv) {
             return Some((
                 SYSTEM_DRIVER_MISMATCH,
                 format!(
-                    "libcuda {lib} with kernel module {drv}: libcuda returns \
-                     CUDA_ERROR_SYSTEM_DRIVER_MISMATCH when the releases differ \
-                     (seen: 535.261.03 on 550.163.01)"
+                    "libcuda {lib} with the newer kernel module {drv}: libcuda returns \
+                     CUDA_ERROR_SYSTEM_DRIVER_MISMATCH then (seen: 535.261.03 on 550.163.01)"
                 ),
             ));
         }
@@ -135,8 +141,14 @@ mod tests {
             .expect("a mismatch tells");
         assert_eq!(code, 803);
         assert!(
-            why.contains("535.261.03 with kernel module 550.163.01"),
+            why.contains("535.261.03 with the newer kernel module 550.163.01"),
             "{why}"
+        );
+        // 550.163.01's libcuda on the 535.261.03 module: no mismatch to tell (it returned
+        // 999 after the GPU-less RM control failed, which is a failure below).
+        assert_eq!(
+            infer(&ok, "quiet", Some("550.163.01"), Some("535.261.03")),
+            None
         );
         // The same calls with matching releases tell nothing (the GPU-less 999 fails an RM
         // control, which is a failure below).
