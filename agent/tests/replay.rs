@@ -229,6 +229,7 @@ fn every_ioctl_of_the_real_captures_is_named_and_its_status_read_at_its_drivers_
     for (name, layout, selection) in [
         ("535.104.05-h100-cumemory", "535.104.05", "exact"),
         ("535.261.03-gpuless-qemu-cuinit", "535.261.03", "exact"),
+        ("550.163.01-gpuless-qemu-cuinit", "550.163.01", "exact"),
         ("545.29.06-gtx1650ti-primer", "545.29.06", "exact"),
         ("555.42.02-gtx1080ti-fragment", "555.42.02", "exact"),
     ] {

@@ -46,6 +46,10 @@ pub const REPLAY_FILES: &[(&str, &str)] = &[
         include_str!("../replays/535.261.03-gpuless-qemu-uvm-eacces.replay"),
     ),
     (
+        "550.163.01-gpuless-qemu-cuinit",
+        include_str!("../replays/550.163.01-gpuless-qemu-cuinit.replay"),
+    ),
+    (
         "545.29.06-gtx1650ti-primer",
         include_str!("../replays/545.29.06-gtx1650ti-primer.replay"),
     ),

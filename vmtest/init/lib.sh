@@ -229,7 +229,7 @@ print_file() {
 run_workload() {
 	_out=$1
 	shift
-	cuda-workload --lib "$LIBCUDA" --wait-ms 200 "$@" >"$_out" 2>&1 &
+	cuda-workload --lib "$LIBCUDA" "$@" >"$_out" 2>&1 &
 	WL_PID=$!
 }
 # workload_result OUT: the N of the last `cuInit=N` line.

@@ -5,8 +5,9 @@
 //! - `demo`: set-up, build, run the agent against simulated NVIDIA device nodes.
 //! - `device-check`: build a release agent and a script for a real GPU machine.
 //! - `soak [--seconds N]`: the soak and fault harness on a release build, with its figures.
-//! - `vm-test`: boot Debian's own kernels (kprobes, loadable modules) under qemu with a test
-//!   `nvidia_uvm` module and run the agent's kernel-side tests inside (`docs/vm-test.md`).
+//! - `vm-test`: boot Debian's own kernels (kprobes, loadable modules) under qemu, with a test
+//!   `nvidia_uvm` module (the stub series) and with NVIDIA's real open modules and libcuda
+//!   (the nvidia series), and run the agent's kernel-side tests inside (`docs/vm-test.md`).
 //! - `nvidia-layouts --source DIR [--check]`: regenerate (or check) the agent's table of NVIDIA
 //!   ioctl params layouts from the headers of every driver release tag (`docs/compatibility.md`).
 //!
@@ -41,7 +42,7 @@ enum Cmd {
         /// Only report what is present and what is missing (exit 1 if something is).
         #[arg(long)]
         check: bool,
-        /// Also the packages `vm-test` needs (qemu-system-x86, busybox-static, cpio, make, libelf1).
+        /// Also the packages `vm-test` needs (qemu-system-x86, busybox-static, cpio, make, libelf1, strace).
         #[arg(long)]
         vm: bool,
     },
@@ -58,7 +59,8 @@ enum Cmd {
     DeviceCheck,
     /// The soak and fault harness (agent/tests/soak.rs) on a release build, longer than CI's.
     Soak(soak::SoakArgs),
-    /// Boot Debian kernels under qemu with a test nvidia_uvm module; run the kernel-side tests.
+    /// Boot Debian kernels under qemu with a test nvidia_uvm module and with NVIDIA's real
+    /// modules and libcuda; run the kernel-side tests.
     VmTest(vm::VmTestArgs),
     /// Regenerate (or `--check`) agent/src/decode/layouts/nvidia-layouts.tsv from the headers of
     /// every release tag of NVIDIA/open-gpu-kernel-modules.

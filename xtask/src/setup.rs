@@ -30,15 +30,17 @@ pub const APT_PACKAGES: &[&str] = &[
 ];
 
 /// Debian packages that `cargo xtask vm-test` (and `setup --vm`) needs on top: qemu, a
-/// static busybox and cpio for the initramfs, and what the kernel packages' kbuild needs
-/// to build the test module (make; libelf1 for its tools). The kernels themselves are
-/// downloaded with `apt-get download` into `target/vmtest/`, never installed.
+/// static busybox and cpio for the initramfs, what the kernel packages' kbuild needs to
+/// build the test module and NVIDIA's (make; libelf1 for its tools), and strace, which the
+/// nvidia series runs beside the agent on NVIDIA's own libcuda. The kernels and NVIDIA's
+/// packages are downloaded with `apt-get download` into the cache, never installed.
 pub const VM_APT_PACKAGES: &[&str] = &[
     "qemu-system-x86",
     "busybox-static",
     "cpio",
     "make",
     "libelf1",
+    "strace",
 ];
 
 /// The user-space toolchain (`rust-toolchain.toml`).
