@@ -188,6 +188,8 @@ pub fn ensure_proc(tgid: u32, now: u64) -> Option<ProcState> {
         parent_tgid: 0,
         execed: 0,
         unprobed_load_ns: 0,
+        unprobed_load_tid: 0,
+        _pad: 0,
     };
     if !track(tgid, &p) {
         bump(counter::PROCS_FULL);

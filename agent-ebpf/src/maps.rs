@@ -63,8 +63,10 @@ pub static PROCS: HashMap<u32, ProcState> = HashMap::with_max_entries(16384, 0);
 /// space adds a file once it attached to it and removes it when it detaches. A libcuda
 /// opened while its file is not here marks its process (`ProcState::unprobed_load_ns`), so
 /// a `cuInit` that runs before the probes are attached is still found (`probes/cuinit.rs`).
+/// LRU: an evicted file only looks unprobed, and its probes still see its `cuInit` whole
+/// (their entry clears the mark).
 #[map]
-pub static LIBCUDA_PROBED: HashMap<DevFileKey, u8> = HashMap::with_max_entries(1024, 0);
+pub static LIBCUDA_PROBED: LruHashMap<DevFileKey, u8> = LruHashMap::with_max_entries(1024, 0);
 /// One entry per pid, 1 while `PROCS` may hold it: the ioctl enter's first test, an array
 /// lookup instead of a hash lookup for every process that is not looked at (a pid past its
 /// end goes on to `PROCS`). User space sizes it to `/proc/sys/kernel/pid_max`, at most 2^19

@@ -62,7 +62,7 @@ fn motivating_case_error_3_is_named_hmm_setup_with_the_host_fix_within_a_second(
     let lib = host_lib();
     let agent = Agent::start(&["--evidence-root", root]);
     let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
-    let mut w = workload(&dev, &lib, Scenario::RegisterGpuNoMemory, false);
+    let mut w = workload(&dev, lib, Scenario::RegisterGpuNoMemory, false);
     assert_eq!(w.next_cuinit_line(T).unwrap().rc, 3);
     let failed_at = Instant::now();
     let pid = w.pid();
@@ -125,7 +125,7 @@ fn motivating_case_hang_is_named_while_the_call_is_still_stuck() {
         ..FakeDevConfig::default()
     };
     let dev = FakeDev::start(artifacts(), cfg).unwrap();
-    let mut w = workload(&dev, &lib, Scenario::HangRegisterGpu, false);
+    let mut w = workload(&dev, lib, Scenario::HangRegisterGpu, false);
     let pid = w.pid();
     let st = agent.expect_event(
         "cuInit stall",
@@ -158,7 +158,7 @@ fn error_3_with_hmm_disabled_is_not_blamed_on_hmm() {
     let lib = host_lib();
     let agent = Agent::start(&["--evidence-root", snap.path().to_str().unwrap()]);
     let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
-    let mut w = workload(&dev, &lib, Scenario::RegisterGpuNoMemory, false);
+    let mut w = workload(&dev, lib, Scenario::RegisterGpuNoMemory, false);
     assert_eq!(w.next_cuinit_line(T).unwrap().rc, 3);
     let pid = w.pid();
     let end = agent.expect_event(
@@ -200,7 +200,7 @@ fn a_denied_open_is_named_a_device_permission_problem() {
         },
     )
     .unwrap();
-    let mut w = workload(&dev, &lib, Scenario::MissingNode, false);
+    let mut w = workload(&dev, lib, Scenario::MissingNode, false);
     assert_eq!(w.next_cuinit_line(T).unwrap().rc, 999);
     let pid = w.pid();
     let open = agent.expect_event(
@@ -225,7 +225,7 @@ fn a_child_forked_after_init_is_named_fork_after_init() {
     let lib = host_lib();
     let agent = Agent::start(&["--evidence-root", snap.path().to_str().unwrap()]);
     let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
-    let mut w = workload(&dev, &lib, Scenario::Success, true);
+    let mut w = workload(&dev, lib, Scenario::Success, true);
     let parent = w.next_cuinit_line(T).unwrap();
     assert_eq!(parent.rc, 0);
     let child = w.next_cuinit_line(T).unwrap();
@@ -321,7 +321,7 @@ fn a_context_creation_refused_by_exclusive_process_mode_is_named_policy_live() {
     let agent = Agent::start(&["--evidence-root", snap.path().to_str().unwrap()]);
     let held = [("UVMWATCH_FAKE_COMPUTE_MODE", "exclusive_process_held")];
     for call in ["cuCtxCreate_v2", "cuDevicePrimaryCtxRetain"] {
-        let (pid, lines) = context_workload(&lib, 1, call, &held);
+        let (pid, lines) = context_workload(lib, 1, call, &held);
         assert_eq!(lines[1].call, call);
         assert_eq!(lines[1].rc, 46);
         let rec = agent.expect_event(
@@ -357,7 +357,7 @@ fn a_context_creation_refused_by_exclusive_process_mode_is_named_policy_live() {
             .contains("compute mode=Exclusive_Process, Exclusive_Process"));
     }
     // Near miss: the same machine, the GPU free: the context is created, nothing is judged.
-    let (pid, lines) = context_workload(&lib, 1, "cuCtxCreate_v2", &[]);
+    let (pid, lines) = context_workload(lib, 1, "cuCtxCreate_v2", &[]);
     assert_eq!(lines[1].rc, 0);
     let ok = agent.expect_event(
         "successful context_call",
@@ -415,7 +415,7 @@ fn a_device_count_below_the_gpus_the_process_has_is_named_a_partition_live() {
     let agent = Agent::start(&["--evidence-root", snap.path().to_str().unwrap()]);
     // Two GPU nodes in the process's /dev, CUDA_VISIBLE_DEVICES=0: CUDA sees one.
     let (pid, lines) = context_workload(
-        &lib,
+        lib,
         2,
         "cuDeviceGetCount",
         &[("CUDA_VISIBLE_DEVICES", "0")],
@@ -457,7 +457,7 @@ fn a_device_count_below_the_gpus_the_process_has_is_named_a_partition_live() {
     // CUDA_VISIBLE_DEVICES naming a GPU the process does not have: CUDA stops there, and
     // nothing accounts for the missing one.
     let (pid, lines) = context_workload(
-        &lib,
+        lib,
         2,
         "cuDeviceGetCount",
         &[("CUDA_VISIBLE_DEVICES", "0,5")],
@@ -470,7 +470,7 @@ fn a_device_count_below_the_gpus_the_process_has_is_named_a_partition_live() {
     );
     assert_eq!(d["severity"], "warning");
     // Near miss: both GPUs seen; no device_count record, no finding.
-    let (pid, lines) = context_workload(&lib, 2, "cuDeviceGetCount", &[]);
+    let (pid, lines) = context_workload(lib, 2, "cuDeviceGetCount", &[]);
     assert_eq!(lines[0].count, Some(2));
     agent.expect_event(
         "the count seen",

@@ -220,9 +220,14 @@ pub struct ProcState {
     /// 1 once the process exec'ed (it is no longer a copy of its parent).
     pub execed: u32,
     /// When the process loaded a libcuda whose `cuInit` probes were not attached yet (ns;
-    /// 0: none since). Its first driver call then starts a [`InflightCuinit::late`] call,
-    /// and clears it; a probed libcuda call clears it too.
+    /// 0: none since). The first driver call of the thread that loaded it
+    /// ([`ProcState::unprobed_load_tid`]) then starts a [`InflightCuinit::late`] call, and
+    /// clears it; a probed libcuda call of the process clears it too.
     pub unprobed_load_ns: u64,
+    /// The thread that loaded that libcuda (the CUDA runtime loads it on the thread that
+    /// then calls `cuInit`; another thread's driver calls, NVML's say, are no `cuInit`).
+    pub unprobed_load_tid: u32,
+    pub _pad: u32,
 }
 
 /// Key of the `CMDS` map: which ioctl commands have a known `rmStatus` location.
@@ -1100,9 +1105,9 @@ mod tests {
         assert_eq!(size_of::<OpenEvent>(), 200);
         assert_eq!(size_of::<CuinitEvent>(), 72);
         assert_eq!(size_of::<TaskEvent>(), 72);
-        assert_eq!(size_of::<ProcState>(), 16);
+        assert_eq!(size_of::<ProcState>(), 32);
         assert_eq!(size_of::<InflightIoctl>(), 32);
-        assert_eq!(size_of::<InflightCuinit>(), 16);
+        assert_eq!(size_of::<InflightCuinit>(), 24);
         assert_eq!(size_of::<IoctlKey>(), 12);
         assert_eq!(size_of::<LatencyHist>(), 8 * (HIST_BUCKETS + 2));
         assert_eq!(size_of::<OpenKey>(), 8);

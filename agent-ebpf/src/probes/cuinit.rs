@@ -116,7 +116,7 @@ fn parent_of(tgid: u32) -> u32 {
 }
 
 /// Whether the thread's driver call starting at `start_ns` is inside a `cuInit`: one the
-/// probes saw enter, or a late one, started now when the process loaded a libcuda before
+/// probes saw enter, or a late one, started now when this thread loaded a libcuda before
 /// its probes were attached and makes its first driver call since. Called only for calls
 /// on NVIDIA nodes (a device open, an ioctl on one).
 #[inline(always)]
@@ -127,7 +127,7 @@ pub fn in_cuinit(tgid: u32, tid: u32, start_ns: u64) -> bool {
     let Some(p) = PROCS.get_ptr_mut(&tgid) else {
         return false;
     };
-    if unsafe { (*p).unprobed_load_ns } == 0 {
+    if unsafe { (*p).unprobed_load_ns } == 0 || unsafe { (*p).unprobed_load_tid } != tid {
         return false;
     }
     unsafe { (*p).unprobed_load_ns = 0 };

@@ -483,7 +483,10 @@ fn opened_file<F: FnOnce() -> Option<PendingOpen>>(
                 let unprobed = unsafe { LIBCUDA_PROBED.get(&key) }.is_none();
                 if unprobed {
                     if let Some(st) = PROCS.get_ptr_mut(&tgid) {
-                        unsafe { (*st).unprobed_load_ns = now };
+                        unsafe {
+                            (*st).unprobed_load_ns = now;
+                            (*st).unprobed_load_tid = tid;
+                        }
                     }
                 }
                 let ev = record(p, tgid, tid, fd as i64, now, node::NONE, 0)?;

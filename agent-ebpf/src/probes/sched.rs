@@ -130,11 +130,18 @@ fn try_fork(ctx: &TracePointContext) -> Option<()> {
     let now = unsafe { bpf_ktime_get_ns() };
     // For a new thread this makes an entry under the thread's id that is never looked up
     // as a tgid; the thread's exit removes it.
+    // A child forked before the parent's new libcuda was probed may call cuInit before it
+    // is: it inherits the mark, for its own main thread.
+    let unprobed = unsafe { PROCS.get(&tgid) }
+        .map(|p| p.unprobed_load_ns)
+        .unwrap_or(0);
     let st = ProcState {
         since_ns: now,
         parent_tgid: tgid,
         execed: 0,
-        unprobed_load_ns: 0,
+        unprobed_load_ns: unprobed,
+        unprobed_load_tid: child as u32,
+        _pad: 0,
     };
     let _ = track(child as u32, &st);
     let ev = TaskEvent {

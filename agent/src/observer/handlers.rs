@@ -26,7 +26,7 @@ use crate::{
         ContextCall, CuinitEnd, DiedInCall, Event, Inside, Ioctl, KernelSignal, Kind, LateCall,
         Open, Process, Seen, Stall, StallEnd, StallOutcome, ThreadSnapshot,
     },
-    host::{discovery, procfs},
+    host::procfs,
     kernel::registry::kfunc_name,
 };
 
@@ -114,10 +114,14 @@ impl<K: KernelSide> Observer<K> {
 
     fn on_cuinit_exit(&mut self, e: &CuinitEvent) {
         let h = &e.header;
-        let mut call = self
+        let call = self
             .calls
-            .end(h.tgid, h.tid, e.late <= LATE_END_RETURN && e.ret == 0)
-            .unwrap_or_default();
+            .end(h.tgid, h.tid, e.late <= LATE_END_RETURN && e.ret == 0);
+        // A late call user space already ended (found quiet) is not ended twice.
+        if e.late != 0 && call.is_none() {
+            return;
+        }
+        let mut call = call.unwrap_or_default();
         call.forked_after_parent_init = self.calls.forked_after_init(e.forked_from);
         match e.late {
             0 => {
@@ -287,7 +291,8 @@ impl<K: KernelSide> Observer<K> {
             // calls, and its result may rest on the library's release.
             if e.flags & OPEN_LIBCUDA_UNPROBED != 0 {
                 if let Some(v) =
-                    discovery::opened_libcuda_version(&self.cfg.proc_root, h.tgid, &path)
+                    self.discovery
+                        .opened_libcuda_version(&self.cfg.proc_root, h.tgid, &path)
                 {
                     self.calls.loaded_libcuda(h.tgid, v);
                 }
@@ -519,10 +524,17 @@ impl<K: KernelSide> Observer<K> {
             .calls
             .quiet_late(now.saturating_sub(late::QUIET_NS), &busy)
         {
-            if !self.kernel().end_late_cuinit(tid) {
-                // Ended in the kernel meanwhile: its record is on its way.
-                continue;
+            // A thread inside an open (the first open of a GPU node can take seconds without
+            // persistence) or an ioctl is not quiet, whatever the in-flight maps say.
+            if let Some((nr, _)) = procfs::syscall_of(&self.cfg.proc_root, tgid, tid) {
+                if late::IN_DRIVER_SYSCALLS.contains(&nr) {
+                    continue;
+                }
             }
+            // Taken out of the kernel's map, or already gone from it without a record (an
+            // LRU eviction, an exec from another thread): user space ends it either way, and
+            // a kernel record of its end that comes after finds no call and is dropped.
+            self.kernel().end_late_cuinit(tid);
             let start_ns = self.calls.start_of(tid).unwrap_or(last_ns);
             if let Some(call) = self.calls.end(tgid, tid, false) {
                 let h = EventHeader {

@@ -21,6 +21,11 @@ use crate::event::CallSummary;
 /// the kernel), with gaps of milliseconds between them.
 pub const QUIET_NS: u64 = 1_000_000_000;
 
+/// The system calls (x86-64 numbers) a thread is inside while it waits on the driver:
+/// `ioctl` (16), `open` (2), `openat` (257), `openat2` (437). A late call whose thread is in
+/// one is not quiet.
+pub const IN_DRIVER_SYSCALLS: [i64; 4] = [16, 2, 257, 437];
+
 /// `CUDA_ERROR_NOT_INITIALIZED` (`cuda.h`).
 const NOT_INITIALIZED: i64 = 3;
 /// `CUDA_ERROR_NO_DEVICE` (`cuda.h`).
@@ -95,21 +100,36 @@ pub fn infer(
             ),
         ));
     }
+    let uvm_open_failed = call
+        .failed_opens
+        .iter()
+        .find(|(path, _)| path.ends_with("/nvidia-uvm"));
+    if let Some((path, errno)) = uvm_open_failed {
+        return Some((
+            UNKNOWN,
+            format!(
+                "open {path} failed ({errno}): libcuda returns CUDA_ERROR_UNKNOWN without the \
+                 UVM node (seen: 535.261.03 and 550.163.01 with EACCES, EPERM, ENXIO, ENOENT)"
+            ),
+        ));
+    }
+    // A call that went on to a context or device call had returned success: a failed RM
+    // control inside it was one the library tolerates.
+    if ended == "next_call" && call.driver_calls > 0 {
+        return Some((
+            0,
+            "the thread went on to a context or device call, and no node open failed".to_string(),
+        ));
+    }
     if let Some(f) = &call.last_failure {
         return Some((
             UNKNOWN,
             format!(
-                "{} failed ({}): libcuda returns CUDA_ERROR_UNKNOWN when a driver call or \
-                 open fails after the control node opened (seen: 535.261.03 and 550.163.01, \
-                 /dev/nvidia-uvm EACCES, EPERM, ENXIO, ENOENT, NV_ERR_INVALID_LOCK_STATE)",
+                "{} failed ({}): libcuda returns CUDA_ERROR_UNKNOWN when a driver call fails \
+                 and it goes on to no context call (seen: 535.261.03 and 550.163.01 without a \
+                 GPU: NV_ERR_INVALID_LOCK_STATE)",
                 f.what, f.result
             ),
-        ));
-    }
-    if ended == "next_call" && call.driver_calls > 0 {
-        return Some((
-            0,
-            "no driver call failed and the thread went on to a context or device call".to_string(),
         ));
     }
     None
@@ -193,6 +213,19 @@ mod tests {
             ..CallSummary::default()
         };
         assert_eq!(infer(&reg, "quiet", None, None).unwrap().0, 3);
+        // A failed RM control, then a context call: tolerated, it succeeded.
+        let rm = CallSummary {
+            driver_calls: 20,
+            last_failure: Some(FailedStep {
+                what: "NV_ESC_RM_CONTROL on /dev/nvidiactl".into(),
+                call: "NV_ESC_RM_CONTROL".into(),
+                node: "nvidiactl".into(),
+                result: "NV_ERR_NOT_SUPPORTED".into(),
+            }),
+            ..CallSummary::default()
+        };
+        assert_eq!(infer(&rm, "next_call", None, None).unwrap().0, 0);
+        assert_eq!(infer(&rm, "thread_exited", None, None).unwrap().0, 999);
         // No failure, then a context call: it succeeded. Without driver calls, nothing.
         assert_eq!(infer(&ok, "next_call", None, None).unwrap().0, 0);
         assert_eq!(

@@ -40,8 +40,8 @@ pub struct InFlight {
     pub node: u8,
     pub minor: u8,
     /// A `cuInit` found at its first driver call (its entry not seen): it stalls only while
-    /// its thread is inside a driver call, for its age is that of its first driver call and
-    /// its return may simply not have been seen.
+    /// its thread is stuck in a driver call (one past the ioctl threshold), for its age is
+    /// that of its first driver call and its return may simply not have been seen.
     pub late: bool,
 }
 
@@ -93,9 +93,15 @@ impl StallDetector {
     /// `caught_up` (every record sent so far was handled: its exit record is not queued).
     pub fn scan(&mut self, inflight: &[InFlight], now_ns: u64, caught_up: bool) -> ScanResult {
         let mut out = ScanResult::default();
-        let in_driver: std::collections::HashSet<u32> = inflight
+        // Threads stuck in a driver call: one in flight past the ioctl threshold. A late
+        // cuInit's age is that of its first driver call and its return may simply not have
+        // been seen, so it stalls only while its thread is stuck so.
+        let stuck: std::collections::HashSet<u32> = inflight
             .iter()
-            .filter(|c| c.key.kind == CallKind::Ioctl)
+            .filter(|c| {
+                c.key.kind == CallKind::Ioctl
+                    && now_ns.saturating_sub(c.key.start_ns) >= self.ioctl_ns
+            })
             .map(|c| c.key.tid)
             .collect();
         for c in inflight {
@@ -103,7 +109,7 @@ impl StallDetector {
                 r.missing = 0;
                 continue;
             }
-            if c.late && !in_driver.contains(&c.key.tid) {
+            if c.late && !stuck.contains(&c.key.tid) {
                 continue;
             }
             if now_ns.saturating_sub(c.key.start_ns) >= self.threshold_ns(c.key.kind) {
@@ -204,6 +210,12 @@ mod tests {
         // Its thread has no call in flight: its return may just not have been seen.
         assert!(d
             .scan(std::slice::from_ref(&late), 130 * S, true)
+            .new_stalls
+            .is_empty());
+        // A short call in flight now is no reason.
+        let quick = call(CallKind::Ioctl, 10, 130 * S);
+        assert!(d
+            .scan(&[late.clone(), quick], 130 * S + 1000, true)
             .new_stalls
             .is_empty());
         // Stuck in a driver call: the cuInit is stalled too.

@@ -427,7 +427,7 @@ impl Listener for MetricsListener {
             Kind::CuinitEnd(c) => {
                 let [e, n, p] = workload();
                 m.count_cuinit(&c.result, c.seen.name(), [&e, &n, &p]);
-                if let Some(f) = &c.call.last_failure {
+                if let Some(f) = c.call.last_failure.as_ref().filter(|_| c.code > 0) {
                     let rule = c
                         .findings
                         .first()

@@ -26,7 +26,7 @@ use anyhow::{bail, Context, Result};
 
 pub use host::DRIVER_DIRS;
 pub use ld_cache::parse_ld_so_cache;
-pub use process::{libcuda_in_maps, mapped_libcuda, opened_libcuda_version};
+pub use process::{libcuda_file_version, libcuda_in_maps, mapped_libcuda};
 
 /// Whether a file name (or a path, judged by its last component) names the CUDA driver
 /// library: `libcuda.so`, or `libcuda.so.` followed by a version (`libcuda.so.1`,
@@ -114,12 +114,41 @@ pub fn resolve(host_path: &Path, path_in_ns: &Path, source: Source) -> Result<Li
 #[derive(Debug, Default)]
 pub struct Discovery {
     seen: HashSet<(u64, u64)>,
+    /// The release of each libcuda file asked about ([`Discovery::opened_libcuda_version`]),
+    /// by `(st_dev, st_ino)`: a file's content is read at most once.
+    versions: std::collections::HashMap<(u64, u64), Option<String>>,
 }
+
+/// Files whose release [`Discovery`] keeps at most (the cache is emptied when full).
+const VERSIONS_KEPT: usize = 1024;
 
 impl Discovery {
     /// An instance that has seen nothing.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The driver release of the file a process opened as a libcuda, resolved inside its
+    /// root ([`process::libcuda_file_version`]); `None` when the path cannot be resolved or
+    /// neither its name nor its content tells. Each file is looked at once.
+    pub fn opened_libcuda_version(
+        &mut self,
+        proc_root: &Path,
+        pid: u32,
+        path_in_ns: &str,
+    ) -> Option<String> {
+        let host = process::resolve_opened(proc_root, pid, path_in_ns)?;
+        let meta = fs::metadata(&host).ok()?;
+        let key = (meta.dev(), meta.ino());
+        if let Some(v) = self.versions.get(&key) {
+            return v.clone();
+        }
+        if self.versions.len() >= VERSIONS_KEPT {
+            self.versions.clear();
+        }
+        let v = process::libcuda_file_version(&host);
+        self.versions.insert(key, v.clone());
+        v
     }
 
     /// Makes `(dev, ino)` new again, so the next find of that file reports it (call it

@@ -176,18 +176,16 @@ fn prefer_plain(mut target: LibTarget) -> LibTarget {
     target
 }
 
-/// The driver release of the file a process opened as a libcuda, resolved inside its root
-/// ([`libcuda_file_version`]); `None` when the path cannot be resolved or neither its name
-/// nor its content tells.
-pub fn opened_libcuda_version(proc_root: &Path, pid: u32, path_in_ns: &str) -> Option<String> {
+/// The host path of a file a process opened, resolved inside its root (from its cwd for a
+/// relative path).
+pub(super) fn resolve_opened(proc_root: &Path, pid: u32, path_in_ns: &str) -> Option<PathBuf> {
     let proc_dir = proc_root.join(pid.to_string());
-    let host = in_root::resolve(
+    in_root::resolve(
         &proc_dir.join("root"),
         Some(&proc_dir.join("cwd")),
         Path::new(path_in_ns),
     )
-    .ok()?;
-    libcuda_file_version(&host)
+    .ok()
 }
 
 /// What NVIDIA's libcuda embeds in front of its release: the path of its release's
@@ -196,8 +194,7 @@ pub fn opened_libcuda_version(proc_root: &Path, pid: u32, path_in_ns: &str) -> O
 const PROFILES_MARK: &[u8] = b"nvidia-application-profiles-";
 
 /// The driver release of a libcuda file: from its name (`libcuda.so.535.261.03`), else
-/// from its content (a copy named `libcuda.so.1`: [`PROFILES_MARK`]); read once per new
-/// library.
+/// from its content (a copy named `libcuda.so.1`: [`PROFILES_MARK`]).
 pub fn libcuda_file_version(path: &Path) -> Option<String> {
     let name = path.file_name()?.to_str()?;
     if let Some(v) = crate::doctor::collect::processes::libcuda_version(name) {
