@@ -414,12 +414,8 @@ fn a_device_count_below_the_gpus_the_process_has_is_named_a_partition_live() {
     let lib = host_lib();
     let agent = Agent::start(&["--evidence-root", snap.path().to_str().unwrap()]);
     // Two GPU nodes in the process's /dev, CUDA_VISIBLE_DEVICES=0: CUDA sees one.
-    let (pid, lines) = context_workload(
-        lib,
-        2,
-        "cuDeviceGetCount",
-        &[("CUDA_VISIBLE_DEVICES", "0")],
-    );
+    let (pid, lines) =
+        context_workload(lib, 2, "cuDeviceGetCount", &[("CUDA_VISIBLE_DEVICES", "0")]);
     assert_eq!((lines[0].rc, lines[0].count), (0, Some(1)));
     let rec = agent.expect_event(
         "device_count",

@@ -102,7 +102,10 @@ fn success_returns_0_and_uvm_commands_reach_the_server() {
         }
     }
     assert_eq!(log.matches("open node=nvidia-uvm ").count(), 2, "{log}");
-    assert!(!log.contains("cmd=0xc04846d2"), "no version-string escape: {log}");
+    assert!(
+        !log.contains("cmd=0xc04846d2"),
+        "no version-string escape: {log}"
+    );
     let mountpoint = dev.mountpoint().to_path_buf();
     dev.stop().unwrap();
     assert!(!procfs::is_mount_point(&mountpoint).unwrap());
