@@ -41,6 +41,7 @@ pub fn bench_floor(g: &super::Global) -> Result<ExitCode> {
         layout: &layout,
         failure_events_per_second: kernel::FAILURE_EVENTS_PER_SECOND,
         backend: g.probe_backend,
+        absence_facts: kernel::registry::AbsenceFacts::default,
     })?;
     let b = k.backend().clone();
     let rows: Vec<_> = k

@@ -32,6 +32,7 @@ pub fn probes(libcuda: Vec<PathBuf>, g: &super::Global) -> anyhow::Result<ExitCo
         layout: &layout,
         failure_events_per_second: kernel::FAILURE_EVENTS_PER_SECOND,
         backend: g.probe_backend,
+        absence_facts: crate::observer::diagnosis::probe_absence_facts,
     })?;
     let mut d = discovery::Discovery::new();
     let mut targets: Vec<discovery::LibTarget> = Vec::new();

@@ -153,7 +153,7 @@ pub enum Kind {
         /// libcuda files with `cuInit` probes.
         libcuda_targets: usize,
         /// What the agent can see here, feature by feature.
-        features: Vec<crate::observer::features::Feature>,
+        features: Vec<crate::kernel::features::Feature>,
         /// The backend the syscalls are hooked with, and why.
         backend: crate::kernel::registry::BackendChosen,
     },

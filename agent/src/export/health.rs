@@ -12,7 +12,7 @@ use std::sync::{
 use crate::{
     clock::monotonic_ns,
     event::{Event, Kind, Listener},
-    observer::features::DRIVER_CALLS,
+    kernel::features::DRIVER_CALLS,
 };
 
 /// `/healthz` fails when the main loop has not run for this long (ns).
@@ -133,7 +133,7 @@ mod tests {
     use super::*;
     use crate::{
         event::Scan,
-        observer::features::{self, Feature},
+        kernel::features::{self, Feature},
     };
 
     fn scan(h: &mut Health, dropped_total: u64, caught_up: bool) {

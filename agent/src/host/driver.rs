@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::decode::layouts::{DriverVersion, ParseVersionError};
-use crate::doctor::input::quote;
+use crate::decode::text::quote;
 
 /// Where the nvidia module says its version.
 pub const VERSION_PATH: &str = "/proc/driver/nvidia/version";

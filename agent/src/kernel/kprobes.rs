@@ -70,7 +70,7 @@ impl Kernel {
                 }
             }
             let Some(target) = syms.resolve(symbol, module) else {
-                let facts = absence.get_or_insert_with(absence_facts);
+                let facts = absence.get_or_insert_with(self.absence_facts);
                 self.states[i] =
                     ProbeState::Unavailable(registry::absence_reason(symbol, module, facts));
                 continue;
@@ -159,28 +159,6 @@ impl Kernel {
             } => function == name && matches!(self.states[i], ProbeState::Attached(_)),
             _ => false,
         })
-    }
-}
-
-/// The host's facts for [`registry::absence_reason`]: `CONFIG_DEVICE_PRIVATE` from the
-/// kernel's configuration, the driver's version from `/proc/driver/nvidia/version`.
-pub(super) fn absence_facts() -> registry::AbsenceFacts {
-    let root = crate::doctor::root::Root::live(None);
-    let config = crate::doctor::collect::kernel::kernel_config_of(&root);
-    let driver = crate::host::driver::read_version_file(None)
-        .ok()
-        .map(|d| d.version);
-    match config.value {
-        Ok(c) => registry::AbsenceFacts {
-            device_private: Some(c.get("CONFIG_DEVICE_PRIVATE").is_some_and(|v| v == "y")),
-            config_source: config.source,
-            driver,
-        },
-        Err(why) => registry::AbsenceFacts {
-            device_private: None,
-            config_source: why.why,
-            driver,
-        },
     }
 }
 

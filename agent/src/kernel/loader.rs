@@ -114,6 +114,7 @@ impl Kernel {
                 cause: "flag",
                 why: String::new(),
             },
+            absence_facts: settings.absence_facts,
         };
         k.load_layout(settings.layout)?;
         k.load_named_cmds()?;

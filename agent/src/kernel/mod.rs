@@ -13,6 +13,7 @@
 //! - [`maps`]: what the programs hand back (the ring buffer, calls in flight, aggregates,
 //!   counters) and the few entries user space seeds or removes;
 //! - [`verifier`]: the kernel's refusals, shortened for a probe's state;
+//! - [`features`]: what the attached probes let the agent see, feature by feature;
 //! - [`registry`] (every probe: what, where, why), [`btf`], [`kallsyms`], [`tracefs`]:
 //!   what the rest reads of the running kernel.
 
@@ -23,6 +24,7 @@ use uvmwatch_common::Config;
 
 mod backends;
 pub mod btf;
+pub mod features;
 pub mod kallsyms;
 mod kprobes;
 mod loader;
@@ -39,7 +41,7 @@ pub use loader::is_root;
 pub use settings::uvm_major;
 
 use crate::decode::layouts::Layout;
-use registry::{BackendChoice, BackendChosen, ProbeSpec, ProbeState};
+use registry::{AbsenceFacts, BackendChoice, BackendChosen, ProbeSpec, ProbeState};
 use uprobes::LibcudaTarget;
 
 /// Settings handed to the kernel side at load time.
@@ -53,6 +55,9 @@ pub struct KernelSettings<'a> {
     pub failure_events_per_second: u32,
     /// How the syscalls are hooked ([`BackendChoice::Auto`]: fentry where allowed).
     pub backend: BackendChoice,
+    /// Reads the host's facts that say why a probed function is absent, when one is
+    /// ([`registry::absence_reason`]; the observer's reads them with the doctor's readers).
+    pub absence_facts: fn() -> AbsenceFacts,
 }
 
 /// [`KernelSettings::failure_events_per_second`] by default: far above what a failing start
@@ -77,6 +82,8 @@ pub struct Kernel {
     config: Config,
     /// The backend the syscalls are hooked with, and why.
     backend: BackendChosen,
+    /// [`KernelSettings::absence_facts`].
+    absence_facts: fn() -> AbsenceFacts,
 }
 
 impl Kernel {

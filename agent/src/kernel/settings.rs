@@ -13,8 +13,8 @@ use crate::decode::layouts::Layout;
 /// `nvidia-uvm`'s character major as `/proc/devices` lists it now (`None` while it is not
 /// registered, or when the file cannot be read).
 pub fn uvm_major() -> Option<u32> {
-    let text = std::fs::read_to_string(crate::doctor::collect::modules::DEVICES_PATH).ok()?;
-    crate::doctor::collect::modules::parse_devices(&text)
+    let text = std::fs::read_to_string(crate::host::procfs::devices::DEVICES_PATH).ok()?;
+    crate::host::procfs::devices::parse_devices(&text)
         .ok()?
         .get("nvidia-uvm")
         .copied()

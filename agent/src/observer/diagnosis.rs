@@ -27,6 +27,7 @@ use crate::{
         rules,
     },
     event::{ActiveFindings, CallKind, Event, Kind, Trigger},
+    kernel::registry::AbsenceFacts,
 };
 
 /// A rule and severity, the labels of `uvmwatch_diagnosis`.
@@ -296,5 +297,28 @@ pub fn trigger_of(ev: &Event) -> Option<Trigger> {
         Kind::ContextCall(c) if c.failed() => Some(Trigger::ContextCall),
         Kind::ContextCall(_) => Some(Trigger::DeviceCount),
         _ => None,
+    }
+}
+
+/// The host's facts for [`crate::kernel::registry::absence_reason`] (the kernel side's
+/// [`crate::kernel::KernelSettings::absence_facts`]): `CONFIG_DEVICE_PRIVATE` from the
+/// kernel's configuration, the driver's version from `/proc/driver/nvidia/version`.
+pub fn probe_absence_facts() -> AbsenceFacts {
+    let root = crate::doctor::root::Root::live(None);
+    let config = crate::doctor::collect::kernel::kernel_config_of(&root);
+    let driver = crate::host::driver::read_version_file(None)
+        .ok()
+        .map(|d| d.version);
+    match config.value {
+        Ok(c) => AbsenceFacts {
+            device_private: Some(c.get("CONFIG_DEVICE_PRIVATE").is_some_and(|v| v == "y")),
+            config_source: config.source,
+            driver,
+        },
+        Err(why) => AbsenceFacts {
+            device_private: None,
+            config_source: why.why,
+            driver,
+        },
     }
 }

@@ -14,7 +14,6 @@
 pub mod calls;
 pub mod diagnosis;
 pub mod driver;
-pub mod features;
 mod handlers;
 mod kernel_side;
 pub mod late;
@@ -136,7 +135,7 @@ pub struct Observer<K: KernelSide = Kernel> {
     /// ended without an exit record (not one still queued).
     caught_up: bool,
     /// The capabilities this process holds and whether the kernel has kprobes, for the
-    /// [`features`] said with each probe-table change.
+    /// [`crate::kernel::features`] said with each probe-table change.
     caps: crate::host::caps::Capabilities,
     kprobes: bool,
 }
@@ -160,6 +159,7 @@ impl Observer<Kernel> {
                     layout,
                     failure_events_per_second: crate::kernel::FAILURE_EVENTS_PER_SECOND,
                     backend: cfg.backend,
+                    absence_facts: crate::observer::diagnosis::probe_absence_facts,
                 })?);
                 Ok(())
             })?
@@ -412,7 +412,7 @@ impl<K: KernelSide> Observer<K> {
             let k = self.kernel();
             (k.probe_states(), k.libcuda_targets(), k.backend())
         };
-        let features = features::assess(&probes, &self.caps, self.kprobes);
+        let features = crate::kernel::features::assess(&probes, &self.caps, self.kprobes);
         self.dispatch(Event::agent(
             clock::monotonic_ns(),
             Kind::ProbesChanged {

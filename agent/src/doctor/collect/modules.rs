@@ -3,15 +3,12 @@
 use std::collections::BTreeMap;
 
 use super::super::facts::Fact;
-use super::super::input::quote;
 use super::super::root::Root;
 use super::{parse_fact, read_fact, FactExt};
+use crate::host::procfs::devices::{parse_devices, DEVICES_PATH};
 
 /// `/proc/modules` (`kernel/module/procfs.c`).
 pub const MODULES_PATH: &str = "/proc/modules";
-
-/// `/proc/devices` (`fs/proc/devices.c`).
-pub const DEVICES_PATH: &str = "/proc/devices";
 
 /// `/proc/modules`: the nvidia module names ([`parse_modules`]).
 pub(super) fn collect_modules(root: &Root) -> Fact<Vec<String>> {
@@ -40,43 +37,6 @@ pub fn parse_modules(text: &str) -> Vec<String> {
         .filter(|name| name.starts_with("nvidia"))
         .map(str::to_string)
         .collect()
-}
-
-/// Majors by name from the `Character devices:` section of `/proc/devices`, for names
-/// starting with `nvidia` (`nvidia-frontend` 195, `nvidia-uvm` (dynamic), `nvidia-nvswitch`,
-/// `nvidia-caps`, ...). The `Block devices:` section is ignored. Empty text (no character
-/// device registered at all) gives an empty map.
-///
-/// Errors: a non-empty line before the first section header, or one that is not
-/// `<major> <name>` (the kernel's `"%3d %s\n"`), named by its line number and quoted.
-pub fn parse_devices(text: &str) -> Result<BTreeMap<String, u32>, String> {
-    let mut out = BTreeMap::new();
-    let mut in_char = None;
-    for (n, raw) in text.lines().enumerate() {
-        let line = raw.trim();
-        if line.is_empty() {
-            continue;
-        }
-        if line.ends_with("devices:") {
-            in_char = Some(line == "Character devices:");
-            continue;
-        }
-        let entry = line
-            .split_once(char::is_whitespace)
-            .and_then(|(major, name)| Some((major.parse::<u32>().ok()?, name.trim())))
-            .filter(|(_, name)| !name.is_empty() && in_char.is_some());
-        let Some((major, name)) = entry else {
-            return Err(format!(
-                "line {} is not `<major> <name>` under a `... devices:` header: {}",
-                n + 1,
-                quote(raw)
-            ));
-        };
-        if in_char == Some(true) && name.starts_with("nvidia") {
-            out.insert(name.to_string(), major);
-        }
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 use super::super::facts::{Fact, MappedLibcuda};
 use super::super::root::Root;
+use crate::host::discovery::libcuda_version;
 
 /// Daemons looked for by process name ([`Evidence::daemons`](super::super::facts::Evidence::daemons)).
 pub const DAEMONS: [&str; 2] = ["nv-fabricmanager", "nvidia-persistenced"];
@@ -80,18 +81,6 @@ fn keep_libcuda_line(line: &[u8]) -> Option<Vec<u8>> {
     crate::host::procfs::maps::parse_line(line)
         .is_some_and(|m| crate::host::discovery::is_libcuda_file(&m.path))
         .then(|| line.to_vec())
-}
-
-/// Driver version in a libcuda file name: `libcuda.so.590.48.01` gives `590.48.01`; names
-/// without a dotted version (`libcuda.so`, `libcuda.so.1`) give `None`.
-pub fn libcuda_version(file_name: &str) -> Option<String> {
-    let rest = file_name.strip_prefix("libcuda.so.")?;
-    let parts: Vec<&str> = rest.split('.').collect();
-    (parts.len() >= 2
-        && parts
-            .iter()
-            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())))
-    .then(|| rest.to_string())
 }
 
 /// Whether a path lies in a `compat` directory (the CUDA forward-compatibility package,

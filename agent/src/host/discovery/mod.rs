@@ -26,7 +26,7 @@ use anyhow::{bail, Context, Result};
 
 pub use host::DRIVER_DIRS;
 pub use ld_cache::parse_ld_so_cache;
-pub use process::{libcuda_file_version, libcuda_in_maps, mapped_libcuda};
+pub use process::{libcuda_file_version, libcuda_in_maps, libcuda_version, mapped_libcuda};
 
 /// Whether a file name (or a path, judged by its last component) names the CUDA driver
 /// library: `libcuda.so`, or `libcuda.so.` followed by a version (`libcuda.so.1`,

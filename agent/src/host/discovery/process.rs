@@ -193,11 +193,23 @@ pub(super) fn resolve_opened(proc_root: &Path, pid: u32, path_in_ns: &str) -> Op
 /// (seen in Debian's libcuda1 535.261.03 and 550.163.01).
 const PROFILES_MARK: &[u8] = b"nvidia-application-profiles-";
 
+/// Driver version in a libcuda file name: `libcuda.so.590.48.01` gives `590.48.01`; names
+/// without a dotted version (`libcuda.so`, `libcuda.so.1`) give `None`.
+pub fn libcuda_version(file_name: &str) -> Option<String> {
+    let rest = file_name.strip_prefix("libcuda.so.")?;
+    let parts: Vec<&str> = rest.split('.').collect();
+    (parts.len() >= 2
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())))
+    .then(|| rest.to_string())
+}
+
 /// The driver release of a libcuda file: from its name (`libcuda.so.535.261.03`), else
 /// from its content (a copy named `libcuda.so.1`: [`PROFILES_MARK`]).
 pub fn libcuda_file_version(path: &Path) -> Option<String> {
     let name = path.file_name()?.to_str()?;
-    if let Some(v) = crate::doctor::collect::processes::libcuda_version(name) {
+    if let Some(v) = libcuda_version(name) {
         return Some(v);
     }
     let bytes = fs::read(path).ok()?;
@@ -210,9 +222,7 @@ pub fn libcuda_file_version(path: &Path) -> Option<String> {
             .count();
         if rest[n..].starts_with(b"-rc") {
             let v = std::str::from_utf8(&rest[..n]).ok()?;
-            if crate::doctor::collect::processes::libcuda_version(&format!("libcuda.so.{v}"))
-                .is_some()
-            {
+            if libcuda_version(&format!("libcuda.so.{v}")).is_some() {
                 return Some(v.to_string());
             }
         }

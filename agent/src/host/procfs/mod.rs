@@ -1,6 +1,7 @@
 //! Readers for the parts of procfs the agent reports on: processes and threads (here),
 //! their containers and pods ([`cgroup`]), their open NVIDIA device nodes
-//! ([`nvidia_fds`]) and the files they have mapped ([`maps`]).
+//! ([`nvidia_fds`]) and the files they have mapped ([`maps`]); the character majors of the
+//! NVIDIA modules ([`devices`]).
 //!
 //! Every reader takes `proc_root` (normally `/proc`) so that it also runs on fixture trees
 //! laid out like procfs. A missing or malformed file is an error carrying the file's path;
@@ -9,6 +10,7 @@
 //! `fs/proc/array.c`.
 
 pub mod cgroup;
+pub mod devices;
 mod fds;
 pub mod maps;
 
