@@ -143,15 +143,21 @@ impl Kernel {
         matches!(self.states[i], ProbeState::Unavailable(ref s) if s.starts_with("program rejected"))
     }
 
-    /// Attaches the probes `pair` (registry indexes) to `symbol` in `path`: all or none.
+    /// Attaches the probes `pair` (registry indexes) to `symbol` in `path`: all or none, the
+    /// uretprobe first. A call that starts between the two attaches is then one the entry
+    /// probe missed (a process that loaded the library before it was probed: a late cuInit,
+    /// ended with its real result by the uretprobe), never an entry whose return nobody
+    /// sees (in flight until its thread exits).
     fn attach_pair(
         &mut self,
         pair: &[usize],
         symbol: &str,
         path: &Path,
     ) -> Result<Vec<(usize, UProbeLinkId)>> {
+        let mut order = pair.to_vec();
+        order.sort_by_key(|&i| !matches!(self.specs[i].attach, Attach::Uprobe { ret: true, .. }));
         let mut links = Vec::new();
-        for &i in pair {
+        for i in order {
             let program = self.specs[i].program;
             match self.attach_uprobe(program, symbol, path) {
                 Ok(l) => links.push((i, l)),
