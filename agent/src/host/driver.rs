@@ -78,8 +78,9 @@ pub fn read_version_file(host_root: Option<&Path>) -> Result<DriverInfo, String>
     let root = host_root.unwrap_or(Path::new("/"));
     let shown = version_path(host_root);
     let shown = shown.display();
-    let bytes = crate::host::in_root::read_capped(root, Path::new(VERSION_PATH), MAX_VERSION_FILE)
-        .ok_or_else(|| format!("no readable {shown}: the nvidia module is not loaded"))?;
+    let bytes =
+        crate::host::files::read_capped_below(root, Path::new(VERSION_PATH), MAX_VERSION_FILE)
+            .ok_or_else(|| format!("no readable {shown}: the nvidia module is not loaded"))?;
     parse_driver_version(&String::from_utf8_lossy(&bytes)).map_err(|e| format!("{shown}: {e}"))
 }
 

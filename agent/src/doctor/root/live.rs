@@ -1,5 +1,9 @@
 //! This machine as the diagnosed one ([`Live`]): reads below a host root when the agent runs
 //! in a container, device-node opens with a time limit, commands and the kernel log.
+//!
+//! Every path is resolved below the host root by the host's one reader
+//! ([`crate::host::files`]): a link is followed as the host would follow it, never into the
+//! reader's own container.
 
 use std::fs;
 use std::io;
@@ -12,7 +16,8 @@ use super::command::{run_command, CommandError, COMMAND_TIMEOUT};
 use super::kmsg::read_kmsg;
 use super::snapshot::KERNEL_LOG_NAME;
 use super::{errno_name, join_below, CapturedText, NodeMeta};
-use crate::doctor::input::{limit_for, read_file_limited, COMMAND_OUTPUT_LIMIT, KERNEL_LOG_LIMIT};
+use crate::doctor::input::{limit_for, COMMAND_OUTPUT_LIMIT, KERNEL_LOG_LIMIT};
+use crate::host::files;
 
 /// How long [`Root::open_device`](super::Root::open_device) waits for a live `open(2)` of a device node (5 s). Opening
 /// `/dev/nvidiaN` without persistence mode initialises the GPU, which can take seconds, and a
@@ -39,21 +44,33 @@ pub struct Live {
 }
 
 impl Live {
-    /// `path` of this machine on the reader's file system (below [`Live::prefix`]).
+    /// Where this machine's `/` is on the reader's file system.
+    fn root(&self) -> &Path {
+        self.prefix.as_deref().unwrap_or(Path::new("/"))
+    }
+
+    /// `path` of this machine resolved on the reader's file system ([`files::resolve`]
+    /// below [`Live::prefix`]).
+    fn resolve(&self, path: &str) -> io::Result<PathBuf> {
+        files::resolve(self.root(), None, Path::new(path))
+    }
+
+    /// `path` of this machine on the reader's file system (below [`Live::prefix`]): resolved
+    /// there when it exists, else joined below it (`..` dropped).
     pub fn path(&self, path: &str) -> PathBuf {
-        match &self.prefix {
+        self.resolve(path).unwrap_or_else(|_| match &self.prefix {
             Some(prefix) => join_below(prefix, path),
             None => PathBuf::from(path),
-        }
+        })
     }
 
     pub(super) fn read_bytes(&self, path: &str) -> io::Result<Vec<u8>> {
-        read_file_limited(&self.path(path), limit_for(path)).map(|read| read.bytes)
+        files::read_below(self.root(), Path::new(path), limit_for(path)).map(|read| read.bytes)
     }
 
     pub(super) fn read_dir(&self, path: &str) -> io::Result<Vec<String>> {
         let mut names = Vec::new();
-        for entry in fs::read_dir(self.path(path))? {
+        for entry in fs::read_dir(self.resolve(path)?)? {
             match entry {
                 Ok(e) => names.push(e.file_name().to_string_lossy().into_owned()),
                 Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
@@ -64,19 +81,27 @@ impl Live {
         Ok(names)
     }
 
+    /// The link itself is read, its directory resolved.
     pub(super) fn read_link(&self, path: &str) -> io::Result<String> {
-        fs::read_link(self.path(path)).map(|t| t.to_string_lossy().into_owned())
+        let p = Path::new(path);
+        let link = match (p.parent(), p.file_name()) {
+            (Some(dir), Some(name)) => self.resolve(&dir.to_string_lossy())?.join(name),
+            _ => self.resolve(path)?,
+        };
+        fs::read_link(link).map(|t| t.to_string_lossy().into_owned())
     }
 
     pub(super) fn metadata(&self, path: &str) -> io::Result<NodeMeta> {
-        fs::metadata(self.path(path)).map(|m| NodeMeta::of(&m))
+        fs::metadata(self.resolve(path)?).map(|m| NodeMeta::of(&m))
     }
 
     /// `None` when [`Live::open_devices`] is off, else the outcome of an open that gets
     /// [`OPEN_TIMEOUT`].
     pub(super) fn open_device(&self, path: &str) -> Option<Result<(), String>> {
-        self.open_devices
-            .then(|| open_with_timeout(&self.path(path), OPEN_TIMEOUT))
+        self.open_devices.then(|| match self.resolve(path) {
+            Ok(node) => open_with_timeout(&node, OPEN_TIMEOUT),
+            Err(err) => Err(os_error_name(&err)),
+        })
     }
 
     pub(super) fn command(&self, name: &str, args: &[&str]) -> Result<String, CommandError> {
@@ -108,6 +133,14 @@ impl Live {
     }
 }
 
+/// The errno name of `err` (`ENOENT`), else its text.
+fn os_error_name(err: &io::Error) -> String {
+    match err.raw_os_error() {
+        Some(errno) => errno_name(errno),
+        None => err.to_string(),
+    }
+}
+
 fn open_with_timeout(path: &Path, timeout: Duration) -> Result<(), String> {
     let (tx, rx) = mpsc::channel();
     let owned = path.to_path_buf();
@@ -127,10 +160,7 @@ fn open_with_timeout(path: &Path, timeout: Duration) -> Result<(), String> {
     }
     match rx.recv_timeout(timeout) {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(err)) => Err(match err.raw_os_error() {
-            Some(errno) => errno_name(errno),
-            None => err.to_string(),
-        }),
+        Ok(Err(err)) => Err(os_error_name(&err)),
         Err(_) => Err(OPEN_TIMED_OUT.to_string()),
     }
 }
@@ -201,10 +231,30 @@ mod tests {
         assert_eq!(root.read_dir("/proc").unwrap(), ["link", "sys"]);
         assert_eq!(root.read_link("/proc/link").unwrap(), "nvidia-uvm");
         assert_eq!(root.metadata("/proc").unwrap().kind, FileKind::Dir);
-        // `..` does not leave the host root.
+        // An absolute link of the host names the host's file, not the reader's.
+        fs::create_dir_all(host.path().join("usr/lib")).unwrap();
+        fs::write(host.path().join("usr/lib/os-release"), "ID=host\n").unwrap();
+        fs::create_dir_all(host.path().join("etc")).unwrap();
+        std::os::unix::fs::symlink("/usr/lib/os-release", host.path().join("etc/os-release"))
+            .unwrap();
+        assert_eq!(root.read_to_string("/etc/os-release").unwrap(), "ID=host\n");
         assert_eq!(
-            root.fs_path("/proc/../../etc"),
-            host.path().join("proc/etc")
+            root.metadata("/etc/os-release").unwrap().kind,
+            FileKind::File
+        );
+        assert_eq!(
+            root.read_link("/etc/os-release").unwrap(),
+            "/usr/lib/os-release"
+        );
+        assert_eq!(
+            root.read_to_string("/etc/missing").unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+        // `..` does not leave the host root.
+        assert_eq!(root.fs_path("/proc/../../etc"), host.path().join("etc"));
+        assert_eq!(
+            root.fs_path("/proc/../../nope"),
+            host.path().join("proc/nope")
         );
         // Below a host root, and always for the agent, no device node is opened.
         assert_eq!(root.open_device("/dev/null"), None);

@@ -8,8 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use super::ld_cache::native_libcuda_paths;
-use super::{is_libcuda_name, resolve, same_file, Discovery, LibTarget, Source};
-use crate::host::in_root;
+use super::{below, is_libcuda_name, resolve, same_file, Discovery, LibTarget, Source};
 
 /// Directories where NVIDIA driver packages and installers put `libcuda.so*`, searched by
 /// [`Discovery::from_host`] in this order (a file reached twice is reported once). Paths
@@ -66,9 +65,7 @@ impl Discovery {
         let mut out = Vec::new();
         let mut add = |this: &mut Self, path: &Path, source: Source| {
             let found = match &root {
-                Some(root) => {
-                    in_root::resolve(root, None, path).and_then(|host| resolve(&host, path, source))
-                }
+                Some(root) => below(root, None, path).and_then(|host| resolve(&host, path, source)),
                 None => resolve(path, path, source),
             };
             match found {
@@ -78,7 +75,7 @@ impl Discovery {
         };
 
         let cache = match &root {
-            Some(root) => in_root::resolve(root, None, ld_cache_path),
+            Some(root) => below(root, None, ld_cache_path),
             None => Ok(ld_cache_path.to_path_buf()),
         }
         .and_then(|file| {
@@ -103,7 +100,7 @@ impl Discovery {
 
         for dir in dirs {
             let host_dir = match &root {
-                Some(root) => match in_root::resolve(root, None, Path::new(dir)) {
+                Some(root) => match below(root, None, Path::new(dir)) {
                     Ok(d) => d,
                     Err(err) => {
                         tracing::debug!(dir, "skipping driver directory: {err:#}");

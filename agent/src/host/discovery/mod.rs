@@ -200,6 +200,13 @@ impl Discovery {
 }
 
 /// Whether two paths stat (following links) to the same file.
+/// `path` resolved below `root` as a process with that `/` (and working directory `cwd`)
+/// sees it ([`files::resolve`](crate::host::files::resolve)).
+fn below(root: &Path, cwd: Option<&Path>, path: &Path) -> Result<PathBuf> {
+    crate::host::files::resolve(root, cwd, path)
+        .with_context(|| format!("resolving {} below {}", path.display(), root.display()))
+}
+
 fn same_file(a: &Path, b: &Path) -> bool {
     match (fs::metadata(a), fs::metadata(b)) {
         (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),

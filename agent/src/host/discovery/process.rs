@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 
-use super::{is_libcuda_file, is_libcuda_name, resolve, same_file, Discovery, LibTarget, Source};
-use crate::host::in_root;
+use super::{
+    below, is_libcuda_file, is_libcuda_name, resolve, same_file, Discovery, LibTarget, Source,
+};
 use crate::host::procfs::maps::{self, MappedFile};
 
 /// The first mapping of each distinct libcuda path, in maps order.
@@ -120,13 +121,13 @@ impl Discovery {
 
         let root = proc_dir.join("root");
         let resolved = if given.is_absolute() {
-            in_root::resolve(&root, None, given).and_then(|host| {
+            below(&root, None, given).and_then(|host| {
                 let target = resolve(&host, given, source)?;
                 Ok((host, prefer_plain(target)))
             })
         } else {
             let cwd = proc_dir.join("cwd");
-            in_root::resolve(&root, Some(&cwd), given).and_then(|host| {
+            below(&root, Some(&cwd), given).and_then(|host| {
                 let shares_root = same_file(&root, Path::new("/"));
                 let in_ns = match fs::read_link(&cwd) {
                     Ok(c) if shares_root && c.is_absolute() => c.join(given),
@@ -159,7 +160,7 @@ fn resolve_process_path(
     source: Source,
 ) -> Result<LibTarget> {
     let root = proc_root.join(pid.to_string()).join("root");
-    let host = in_root::resolve(&root, None, path)?;
+    let host = below(&root, None, path)?;
     Ok(prefer_plain(resolve(&host, path, source)?))
 }
 
@@ -180,7 +181,7 @@ fn prefer_plain(mut target: LibTarget) -> LibTarget {
 /// relative path).
 pub(super) fn resolve_opened(proc_root: &Path, pid: u32, path_in_ns: &str) -> Option<PathBuf> {
     let proc_dir = proc_root.join(pid.to_string());
-    in_root::resolve(
+    crate::host::files::resolve(
         &proc_dir.join("root"),
         Some(&proc_dir.join("cwd")),
         Path::new(path_in_ns),

@@ -15,7 +15,7 @@ mod fds;
 pub mod maps;
 
 use std::fs;
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -130,8 +130,8 @@ pub fn read_thread(proc_root: &Path, pid: u32, tid: u32) -> Result<ThreadInfo> {
     // (Each read falls back to the process's directory.)
     let in_task_else_process = |name: &str| [task_dir.join(name), proc_dir.join(name)];
     let [task_cmdline, cmdline_path] = in_task_else_process("cmdline");
-    let cmdline = fs::read(&task_cmdline)
-        .or_else(|_| fs::read(&cmdline_path))
+    let cmdline = read_first(&task_cmdline)
+        .or_else(|_| read_first(&cmdline_path))
         .with_context(|| format!("reading {}", cmdline_path.display()))?;
     let cmdline = split_nul(&cmdline);
 
@@ -269,22 +269,25 @@ pub(super) fn parse_decimal_u32(s: &str) -> Option<u32> {
     s.parse().ok()
 }
 
-/// The first `max` bytes of the file at `path`; `None` when it cannot be opened or read.
-pub fn read_capped(path: &Path, max: u64) -> Option<Vec<u8>> {
-    let f = fs::File::open(path).ok()?;
-    let mut buf = Vec::new();
-    f.take(max).read_to_end(&mut buf).ok()?;
-    Some(buf)
+/// Most of one per-thread procfs file kept (`cmdline`, `wchan`, `stack`, `cgroup`): their
+/// start is what is reported, and a `cmdline` can be as long as `ARG_MAX` allows.
+const THREAD_FILE_MAX: u64 = 64 * 1024;
+
+/// The first [`THREAD_FILE_MAX`] bytes of `path`.
+fn read_first(path: &Path) -> io::Result<Vec<u8>> {
+    crate::host::files::read_file_limited(
+        path,
+        crate::host::files::ReadLimit {
+            bytes: THREAD_FILE_MAX,
+            overflow: crate::host::files::Overflow::KeepFirst,
+        },
+    )
+    .map(|read| read.bytes)
 }
 
 fn read_optional(path: &Path) -> Option<String> {
-    match fs::read(path) {
-        Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
-        Err(err) => {
-            tracing::trace!(path = %path.display(), %err, "optional procfs file unreadable");
-            None
-        }
-    }
+    crate::host::files::read_capped(path, THREAD_FILE_MAX)
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// `pid (comm) S ...`: comm is everything between the first `(` and the last `)`, since
@@ -335,7 +338,7 @@ const ENVIRON_MAX: u64 = 256 * 1024;
 /// The value of `name` in process `pid`'s initial environment (`/proc/<pid>/environ`: what
 /// it was started with, not what it set since); `None` when unset or unreadable.
 pub fn environ_var(proc_root: &Path, pid: u32, name: &str) -> Option<String> {
-    let bytes = read_capped(
+    let bytes = crate::host::files::read_capped(
         &proc_root.join(pid.to_string()).join("environ"),
         ENVIRON_MAX,
     )?;

@@ -7,7 +7,7 @@
 //! `environ` (never the whole environment: it holds tokens), `cgroup` (container id, pod
 //! UID), `maps` (only for Python processes no command line identified: is `torch` loaded),
 //! the parent chain (a spawned vLLM worker inherits the server's model), and files resolved
-//! inside the process's own root (`/proc/<pid>/root`, see [`super::in_root`]): the
+//! inside the process's own root (`/proc/<pid>/root`, see [`super::files`]): the
 //! service-account namespace file, `/etc/hostname` and Ollama's manifests. What is
 //! recognised, from where and the limits are in `docs/workload-identity.md`.
 //!
@@ -33,8 +33,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::in_root;
-use super::procfs::{cgroup, maps, read_capped, split_nul};
+use super::files::{read_capped, read_capped_below};
+use super::procfs::{cgroup, maps, split_nul};
 
 use kubernetes::{clean_k8s_name, kubernetes};
 use launch::{
@@ -193,7 +193,7 @@ pub fn read_facts(proc_root: &Path, pid: u32) -> ProcFacts {
         .unwrap_or_default();
     let root = dir.join("root");
     let read_in_root = |path: &str| {
-        in_root::read_capped(&root, Path::new(path), MAX_ROOT_FILE)
+        read_capped_below(&root, Path::new(path), MAX_ROOT_FILE)
             .map(|b| String::from_utf8_lossy(&b).into_owned())
     };
     let sa_namespace = [

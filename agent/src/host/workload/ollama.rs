@@ -6,8 +6,7 @@ use std::path::Path;
 
 use super::quantization::quant_from_model_name;
 use super::{base, truncate, WorkloadInfo, ENGINE_OLLAMA};
-use crate::host::in_root;
-use crate::host::procfs::read_capped;
+use crate::host::files::{self, read_capped};
 
 /// For an Ollama runner whose model is a blob path (`.../models/blobs/sha256-<hex>`): the
 /// `name:tag` whose manifest (`.../models/manifests/<registry>/<namespace>/<name>/<tag>`)
@@ -19,7 +18,7 @@ pub fn ollama_model_name(proc_root: &Path, pid: u32, blob: &str) -> Option<Strin
     let digest = file.strip_prefix("sha256-")?;
     let models = blob_path.parent()?.parent()?;
     let root = proc_root.join(pid.to_string()).join("root");
-    let manifests = in_root::resolve(&root, None, &models.join("manifests")).ok()?;
+    let manifests = files::resolve(&root, None, &models.join("manifests")).ok()?;
     let needle = format!("sha256:{digest}");
     let mut budget = 2000usize;
     find_manifest(&manifests, &manifests, &needle, 0, &mut budget)
