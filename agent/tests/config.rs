@@ -11,6 +11,8 @@ fn print_config(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
         "UVMWATCH_IOCTL_STALL",
         "UVMWATCH_CONFIG",
         "UVMWATCH_LOG",
+        "UVMWATCH_LIBCUDA",
+        "UVMWATCH_NO_PROC_SCAN",
     ] {
         c.env_remove(k);
     }
@@ -72,6 +74,32 @@ fn file_sits_between_defaults_and_environment_and_flags() {
     let (rc, out, _) = print_config(&[], &[("UVMWATCH_CONFIG", path)]);
     assert_eq!(rc, 0);
     assert_eq!(line(&out, "cuinit-stall"), "cuinit-stall = \"7s\"  # file");
+}
+
+/// The probe flags (declared once for run, capture, probes and doctor) take their
+/// variables: the libcuda paths `:`-separated, the switch as a boolean.
+#[test]
+fn probe_flags_come_from_the_environment() {
+    let (rc, out, err) = print_config(
+        &[],
+        &[
+            ("UVMWATCH_LIBCUDA", "/a/libcuda.so.1:/b/libcuda.so.1"),
+            ("UVMWATCH_NO_PROC_SCAN", "true"),
+        ],
+    );
+    assert_eq!(rc, 0, "{err}");
+    assert_eq!(
+        line(&out, "libcuda"),
+        "libcuda = \"/a/libcuda.so.1,/b/libcuda.so.1\"  # env:UVMWATCH_LIBCUDA"
+    );
+    assert_eq!(
+        line(&out, "no-proc-scan"),
+        "no-proc-scan = \"true\"  # env:UVMWATCH_NO_PROC_SCAN"
+    );
+    assert_eq!(
+        line(&out, "cuinit-stall"),
+        "cuinit-stall = \"20s\"  # default"
+    );
 }
 
 #[test]

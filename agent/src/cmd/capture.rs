@@ -13,7 +13,7 @@ use std::{
 
 use anyhow::Result;
 
-use super::Global;
+use super::{probe_flags::ProbeArgs, Global};
 use crate::{
     event::Listener,
     export::{
@@ -46,21 +46,8 @@ pub struct CaptureArgs {
     /// The trace file to write.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: PathBuf,
-    /// A cuInit still running after this long is reported as stalled.
-    #[arg(long, default_value = "20s", value_parser = super::positive_duration)]
-    pub cuinit_stall: Duration,
-    /// A driver ioctl still running after this long is reported as stalled.
-    #[arg(long, default_value = "5s", value_parser = super::positive_duration)]
-    pub ioctl_stall: Duration,
-    /// Driver ioctls outside cuInit at least this long are captured (failed ones always).
-    #[arg(long, default_value = "1s", value_parser = super::positive_duration)]
-    pub slow_ioctl: Duration,
-    /// A libcuda file to probe in addition to those found (repeatable).
-    #[arg(long)]
-    pub libcuda: Vec<PathBuf>,
-    /// Do not scan running processes' memory maps for libcuda at start.
-    #[arg(long)]
-    pub no_proc_scan: bool,
+    #[command(flatten)]
+    pub probe: ProbeArgs,
     /// Keep at most this many events; more are counted as lost (and said so in the trace).
     #[arg(long, default_value_t = DEFAULT_MAX_EVENTS)]
     pub max_events: usize,
@@ -73,24 +60,6 @@ impl CaptureArgs {
             pid: self.pid,
             comm: self.comm.clone(),
             container: self.container.clone(),
-        }
-    }
-
-    /// The observer's settings for this capture.
-    pub fn run_config(&self, g: &Global) -> RunConfig {
-        RunConfig {
-            cuinit_stall: self.cuinit_stall,
-            ioctl_stall: self.ioctl_stall,
-            slow_ioctl: self.slow_ioctl,
-            libcuda: self.libcuda.clone(),
-            proc_scan: !self.no_proc_scan,
-            proc_root: PathBuf::from("/proc"),
-            facts: Some(crate::observer::diagnosis::FactsFrom::Live {
-                host_root: g.host_root.clone(),
-            }),
-            driver: g.driver(),
-            backend: g.probe_backend,
-            ..RunConfig::new()
         }
     }
 }
@@ -179,7 +148,7 @@ pub fn capture(args: CaptureArgs, g: &Global) -> Result<ExitCode> {
         PathBuf::from("/proc"),
     );
     let progress = sink.progress();
-    let cfg = args.run_config(g);
+    let cfg = args.probe.run_config(g);
     let listeners: Vec<Box<dyn Listener>> =
         vec![Box::new(sink), Box::new(LogListener::new(g.log_format))];
     let stop = Arc::new(AtomicBool::new(false));

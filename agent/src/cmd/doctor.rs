@@ -11,7 +11,7 @@ use std::{
 use anyhow::Context;
 use clap::ValueEnum;
 
-use super::Global;
+use super::{probe_flags::LibcudaArgs, Global};
 use crate::{
     doctor::facts::Observations,
     event::{Event, Kind, Listener},
@@ -49,9 +49,9 @@ pub struct DoctorArgs {
     /// How long the probed cuInit may take before it counts as hung.
     #[arg(long, default_value = "30s", value_parser = super::positive_duration)]
     pub probe_timeout: Duration,
-    /// libcuda to call with --probe (default: the host's, from the ld cache).
-    #[arg(long)]
-    pub libcuda: Vec<PathBuf>,
+    /// With --probe: the libcuda to call (default: the host's, from the ld cache).
+    #[command(flatten)]
+    pub libcuda: LibcudaArgs,
     /// No colour in the text report.
     #[arg(long)]
     pub no_color: bool,
@@ -97,7 +97,7 @@ pub fn doctor(a: DoctorArgs, g: &Global) -> anyhow::Result<ExitCode> {
         };
         let evidence = collect::collect(&root);
         let probed = if a.probe {
-            let r = probe(&a.libcuda, a.probe_timeout, g)?;
+            let r = probe(&a.libcuda.libcuda, a.probe_timeout, g)?;
             for n in &r.notes {
                 eprintln!("uvmwatch doctor --probe: {n}");
             }

@@ -1,13 +1,14 @@
 //! The `uvmwatch` commands: the command line ([`main`]), `run` ([`run`]), `probes`
 //! ([`probes`]), `doctor` ([`doctor`]), `capture` ([`capture`]), `annotate` ([`annotate`]),
-//! the configuration file of `run` ([`config`]), and the overhead benchmark's floor reference
-//! ([`bench_floor`]).
+//! the probe flags they share ([`probe_flags`]), the configuration file of `run`
+//! ([`config`]), and the overhead benchmark's floor reference ([`bench_floor`]).
 
 pub mod annotate;
 pub mod bench_floor;
 pub mod capture;
 pub mod config;
 pub mod doctor;
+pub mod probe_flags;
 pub mod probes;
 pub mod run;
 
@@ -72,11 +73,7 @@ enum Cmd {
     /// Run the agent: attach the probes, report stalls live, serve /metrics and /healthz.
     Run(run::RunArgs),
     /// List every probe, whether it can attach on this host, and why not.
-    Probes {
-        /// Extra libcuda files to try (repeatable).
-        #[arg(long)]
-        libcuda: Vec<PathBuf>,
-    },
+    Probes(probe_flags::LibcudaArgs),
     /// Diagnose why CUDA initialisation fails or hangs on this machine (or a snapshot).
     Doctor(doctor::DoctorArgs),
     /// Record what the agent sees about some processes into a Perfetto or Chrome JSON trace.
@@ -199,7 +196,7 @@ pub fn main() -> ExitCode {
     }
     let r = match cli.cmd {
         Cmd::Run(a) => run::run(a, &global),
-        Cmd::Probes { libcuda } => probes::probes(libcuda, &global),
+        Cmd::Probes(a) => probes::probes(a.libcuda, &global),
         Cmd::Doctor(a) => doctor::doctor(a, &global),
         Cmd::Capture(a) => capture::capture(a, &global),
         Cmd::Annotate(a) => annotate::annotate(a),

@@ -4,7 +4,7 @@ use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::Context;
 
-use super::Global;
+use super::{probe_flags::ProbeArgs, Global};
 use crate::{
     event::Listener,
     export::{health::Health, http, log::LogListener, metrics::Metrics, otlp, systemd},
@@ -28,21 +28,8 @@ pub struct RunArgs {
     /// Address for /metrics, /healthz and /readyz.
     #[arg(long, default_value = DEFAULT_LISTEN, env = "UVMWATCH_LISTEN")]
     pub listen: SocketAddr,
-    /// A cuInit still running after this long is reported as stalled (e.g. 20s, 1m).
-    #[arg(long, default_value = "20s", value_parser = super::positive_duration, env = "UVMWATCH_CUINIT_STALL")]
-    pub cuinit_stall: Duration,
-    /// A driver ioctl still running after this long is reported as stalled.
-    #[arg(long, default_value = "5s", value_parser = super::positive_duration, env = "UVMWATCH_IOCTL_STALL")]
-    pub ioctl_stall: Duration,
-    /// Driver ioctls at least this long are logged individually (capped at --ioctl-stall).
-    #[arg(long, default_value = "1s", value_parser = super::positive_duration, env = "UVMWATCH_SLOW_IOCTL")]
-    pub slow_ioctl: Duration,
-    /// A libcuda file to probe in addition to those found (repeatable).
-    #[arg(long)]
-    pub libcuda: Vec<PathBuf>,
-    /// Do not scan running processes' memory maps for libcuda at start.
-    #[arg(long)]
-    pub no_proc_scan: bool,
+    #[command(flatten)]
+    pub probe: ProbeArgs,
     /// Read the diagnosis facts from this snapshot (directory or bundle from `doctor
     /// --bundle`) instead of this machine; the probes still watch this machine.
     #[arg(long, value_name = "DIR|FILE", env = "UVMWATCH_EVIDENCE_ROOT")]
@@ -86,12 +73,6 @@ pub struct RunArgs {
 /// The agent could not start (not root, eBPF load, listen address taken, bad OTLP settings).
 pub fn run(a: RunArgs, g: &Global) -> anyhow::Result<ExitCode> {
     let cfg = RunConfig {
-        cuinit_stall: a.cuinit_stall,
-        ioctl_stall: a.ioctl_stall,
-        slow_ioctl: a.slow_ioctl,
-        libcuda: a.libcuda,
-        proc_scan: !a.no_proc_scan,
-        proc_root: PathBuf::from("/proc"),
         // The probes watch this machine, so its driver's layouts; with a snapshot's facts, the
         // snapshot's version only while this machine's cannot be read.
         driver: match (&a.evidence_root, g.driver_version) {
@@ -108,7 +89,7 @@ pub fn run(a: RunArgs, g: &Global) -> anyhow::Result<ExitCode> {
         }),
         diagnosis_ttl: a.diagnosis_ttl,
         evidence_refresh: a.evidence_refresh,
-        backend: g.probe_backend,
+        ..a.probe.run_config(g)
     };
     let metrics = Metrics::with_workload_labels(a.workload_labels)?;
     let health = Health::new();

@@ -78,14 +78,30 @@ pub struct RunConfig {
     pub backend: BackendChoice,
 }
 
+/// The defaults of the probe settings, written as their flags take them
+/// (`cmd::probe_flags`: `--cuinit-stall 20s`); [`RunConfig::new`] reads the same.
+pub mod defaults {
+    /// `--cuinit-stall`: a `cuInit` running this long is a stall.
+    pub const CUINIT_STALL: &str = "20s";
+    /// `--ioctl-stall`: a driver ioctl running this long is a stall.
+    pub const IOCTL_STALL: &str = "5s";
+    /// `--slow-ioctl`: driver ioctls at least this long are reported one by one.
+    pub const SLOW_IOCTL: &str = "1s";
+
+    /// One of the defaults above as a [`std::time::Duration`].
+    pub(crate) fn duration(text: &str) -> std::time::Duration {
+        humantime::parse_duration(text).expect("a default duration parses")
+    }
+}
+
 impl RunConfig {
-    /// The settings of `uvmwatch run` with its defaults (thresholds 20 s and 5 s, slow calls
-    /// from 1 s, facts of this machine).
+    /// The settings of `uvmwatch run` with its defaults ([`defaults`]: thresholds 20 s and
+    /// 5 s, slow calls from 1 s; facts of this machine).
     pub fn new() -> RunConfig {
         RunConfig {
-            cuinit_stall: Duration::from_secs(20),
-            ioctl_stall: Duration::from_secs(5),
-            slow_ioctl: Duration::from_secs(1),
+            cuinit_stall: defaults::duration(defaults::CUINIT_STALL),
+            ioctl_stall: defaults::duration(defaults::IOCTL_STALL),
+            slow_ioctl: defaults::duration(defaults::SLOW_IOCTL),
             libcuda: Vec::new(),
             proc_scan: true,
             proc_root: PathBuf::from("/proc"),
