@@ -1,5 +1,9 @@
 //! The probe registry: every kernel program the agent attaches, what it needs, and whether it
 //! is attached here (and if not, why).
+//!
+//! Over 800 lines: the registry is one table ([`REGISTRY`]) read by the loader, `uvmwatch
+//! probes`, the metrics and the docs' probe table, so every probe's row, the states it can
+//! be in and their rendering are kept together; a third of the file is tests.
 
 use std::fmt;
 
@@ -71,7 +75,7 @@ const fn kp(
     label: &'static str,
     program: &'static str,
     symbol: &'static str,
-    ret: bool,
+    side: Side,
     module: Option<&'static str>,
     purpose: &'static str,
 ) -> ProbeSpec {
@@ -80,7 +84,7 @@ const fn kp(
         program,
         attach: Attach::Kprobe {
             symbol,
-            ret,
+            ret: side.is_exit(),
             module,
         },
         required: false,
@@ -113,13 +117,13 @@ macro_rules! kfunc_table {
                 uvm_ioctl_only: uvmwatch_common::kfunc::scope::$scope
                     == uvmwatch_common::kfunc::scope::UVM_IOCTL,
                 probes: [
-                    kp(concat!("kprobe:", $sym), stringify!($enter), $sym, false, $module, $purpose),
-                    kp(concat!("kretprobe:", $sym), stringify!($exit), $sym, true, $module, $purpose),
+                    kp(concat!("kprobe:", $sym), stringify!($enter), $sym, Side::Entry, $module, $purpose),
+                    kp(concat!("kretprobe:", $sym), stringify!($exit), $sym, Side::Exit, $module, $purpose),
                 ],
                 trampolines: if is_core($module) {
                     Some([
-                        fe(concat!("fentry:", $sym), stringify!($fentry), $sym, false, false, $purpose),
-                        fe(concat!("fexit:", $sym), stringify!($fexit), $sym, true, false, $purpose),
+                        fe(concat!("fentry:", $sym), stringify!($fentry), $sym, Side::Entry, Need::Optional, $purpose),
+                        fe(concat!("fexit:", $sym), stringify!($fexit), $sym, Side::Exit, Need::Optional, $purpose),
                     ])
                 } else {
                     None
@@ -259,19 +263,46 @@ pub struct ProbeSpec {
     pub backend: Option<Backend>,
 }
 
+/// Where on a function a probe fires: its entry (kprobe, fentry, uprobe) or its exit
+/// (kretprobe, fexit, uretprobe).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Entry,
+    Exit,
+}
+
+impl Side {
+    const fn is_exit(self) -> bool {
+        matches!(self, Side::Exit)
+    }
+}
+
+/// Whether the agent's main signal is gone without the probe ([`ProbeSpec::required`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Need {
+    Required,
+    Optional,
+}
+
+impl Need {
+    const fn is_required(self) -> bool {
+        matches!(self, Need::Required)
+    }
+}
+
 const fn tp(
     label: &'static str,
     program: &'static str,
     category: &'static str,
     name: &'static str,
-    required: bool,
+    need: Need,
     purpose: &'static str,
 ) -> ProbeSpec {
     ProbeSpec {
         label,
         program,
         attach: Attach::Tracepoint { category, name },
-        required,
+        required: need.is_required(),
         purpose,
         backend: if matches!(category.as_bytes(), b"syscalls") {
             Some(Backend::Tracepoint)
@@ -281,20 +312,23 @@ const fn tp(
     }
 }
 
-/// A fentry (or fexit when `ret`) probe of the fentry backend.
+/// A fentry (or fexit at [`Side::Exit`]) probe of the fentry backend.
 const fn fe(
     label: &'static str,
     program: &'static str,
     function: &'static str,
-    ret: bool,
-    required: bool,
+    side: Side,
+    need: Need,
     purpose: &'static str,
 ) -> ProbeSpec {
     ProbeSpec {
         label,
         program,
-        attach: Attach::Fentry { function, ret },
-        required,
+        attach: Attach::Fentry {
+            function,
+            ret: side.is_exit(),
+        },
+        required: need.is_required(),
         purpose,
         backend: Some(Backend::Fentry),
     }
@@ -306,40 +340,40 @@ pub const REGISTRY: &[ProbeSpec] = &[
         "fentry:__x64_sys_ioctl",
         "ioctl_fentry",
         IOCTL_FUNCTION,
-        false,
-        true,
+        Side::Entry,
+        Need::Required,
         "driver calls in flight (fentry backend: only ioctl(2) callers pay)",
     ),
     fe(
         "fexit:__x64_sys_ioctl",
         "ioctl_fexit",
         IOCTL_FUNCTION,
-        true,
-        true,
+        Side::Exit,
+        Need::Required,
         "driver call latency, errno and rmStatus (fentry backend)",
     ),
     fe(
         "fentry:chrdev_open",
         "chrdev_fentry",
         "chrdev_open",
-        false,
-        true,
+        Side::Entry,
+        Need::Required,
         "start of NVIDIA character device opens (fentry backend: only character device opens run it)",
     ),
     fe(
         "fexit:chrdev_open",
         "chrdev_fexit",
         "chrdev_open",
-        true,
-        true,
+        Side::Exit,
+        Need::Required,
         "NVIDIA character device opens the driver refused (EIO, ENXIO, ...), by device number (fentry backend)",
     ),
     fe(
         "fexit:do_filp_open",
         "open_fexit",
         "do_filp_open",
-        true,
-        true,
+        Side::Exit,
+        Need::Required,
         "device open results and libcuda loads: the new file identified, the kernel's copy of the path read only on failure (fentry backend)",
     ),
     tp(
@@ -347,7 +381,7 @@ pub const REGISTRY: &[ProbeSpec] = &[
         "openat_enter",
         "syscalls",
         "sys_enter_openat",
-        true,
+        Need::Required,
         "device node opens and libcuda loads (the path's address, flags, start)",
     ),
     tp(
@@ -355,7 +389,7 @@ pub const REGISTRY: &[ProbeSpec] = &[
         "open_exit",
         "syscalls",
         "sys_exit_openat",
-        true,
+        Need::Required,
         "device open results: the new fd's file identified, the path read only on failure",
     ),
     tp(
@@ -363,7 +397,7 @@ pub const REGISTRY: &[ProbeSpec] = &[
         "open_enter",
         "syscalls",
         "sys_enter_open",
-        false,
+        Need::Optional,
         "device opens by open(2) (glibc before 2.26; absent on arm64)",
     ),
     tp(
@@ -371,7 +405,7 @@ pub const REGISTRY: &[ProbeSpec] = &[
         "open_exit",
         "syscalls",
         "sys_exit_open",
-        false,
+        Need::Optional,
         "device opens by open(2) (glibc before 2.26; absent on arm64)",
     ),
     tp(
@@ -379,7 +413,7 @@ pub const REGISTRY: &[ProbeSpec] = &[
         "openat2_enter",
         "syscalls",
         "sys_enter_openat2",
-        false,
+        Need::Optional,
         "device opens by openat2(2) (Linux 5.6+)",
     ),
     tp(
@@ -387,7 +421,7 @@ pub const REGISTRY: &[ProbeSpec] = &[
         "open_exit",
         "syscalls",
         "sys_exit_openat2",
-        false,
+        Need::Optional,
         "device opens by openat2(2) (Linux 5.6+)",
     ),
     tp(
@@ -395,7 +429,7 @@ pub const REGISTRY: &[ProbeSpec] = &[
         "ioctl_enter",
         "syscalls",
         "sys_enter_ioctl",
-        true,
+        Need::Required,
         "driver calls in flight",
     ),
     tp(
@@ -403,7 +437,7 @@ pub const REGISTRY: &[ProbeSpec] = &[
         "ioctl_exit",
         "syscalls",
         "sys_exit_ioctl",
-        true,
+        Need::Required,
         "driver call latency, errno and rmStatus",
     ),
     tp(
@@ -411,7 +445,7 @@ pub const REGISTRY: &[ProbeSpec] = &[
         "sched_fork",
         "sched",
         "sched_process_fork",
-        false,
+        Need::Optional,
         "children of NVIDIA processes followed across fork",
     ),
     tp(
@@ -419,7 +453,7 @@ pub const REGISTRY: &[ProbeSpec] = &[
         "sched_exec",
         "sched",
         "sched_process_exec",
-        false,
+        Need::Optional,
         "new images (a forked child that exec'ed is no longer its parent's copy)",
     ),
     tp(
@@ -427,113 +461,105 @@ pub const REGISTRY: &[ProbeSpec] = &[
         "sched_exit",
         "sched",
         "sched_process_exit",
-        false,
+        Need::Optional,
         "threads that die mid-call, process clean-up",
     ),
-    ProbeSpec {
-        label: "uprobe:cuInit",
-        program: "cuinit_enter",
-        attach: Attach::Uprobe {
-            symbol: "cuInit",
-            ret: false,
-        },
-        required: false,
-        purpose: "cuInit entry in every libcuda found",
-        backend: None,
-    },
-    ProbeSpec {
-        label: "uretprobe:cuInit",
-        program: "cuinit_exit",
-        attach: Attach::Uprobe {
-            symbol: "cuInit",
-            ret: true,
-        },
-        required: false,
-        purpose: "cuInit result and duration",
-        backend: None,
-    },
+    up(
+        "uprobe:cuInit",
+        "cuinit_enter",
+        "cuInit",
+        Side::Entry,
+        "cuInit entry in every libcuda found",
+    ),
+    up(
+        "uretprobe:cuInit",
+        "cuinit_exit",
+        "cuInit",
+        Side::Exit,
+        "cuInit result and duration",
+    ),
     up(
         "uprobe:cuCtxCreate",
         "cuctx_v1_enter",
         "cuCtxCreate",
-        false,
+        Side::Entry,
         "context creation, pre-3.2 ABI (old binaries): entry and device",
     ),
     up(
         "uretprobe:cuCtxCreate",
         "cuctx_v1_exit",
         "cuCtxCreate",
-        true,
+        Side::Exit,
         "context creation: CUresult (46 under an exclusive compute mode) and duration",
     ),
     up(
         "uprobe:cuCtxCreate_v2",
         "cuctx_v2_enter",
         "cuCtxCreate_v2",
-        false,
+        Side::Entry,
         "context creation (cuCtxCreate of CUDA 3.2 to 12 headers): entry and device",
     ),
     up(
         "uretprobe:cuCtxCreate_v2",
         "cuctx_v2_exit",
         "cuCtxCreate_v2",
-        true,
+        Side::Exit,
         "context creation: CUresult and duration",
     ),
     up(
         "uprobe:cuCtxCreate_v3",
         "cuctx_v3_enter",
         "cuCtxCreate_v3",
-        false,
+        Side::Entry,
         "context creation with execution affinity (CUDA 11.4+): entry and device",
     ),
     up(
         "uretprobe:cuCtxCreate_v3",
         "cuctx_v3_exit",
         "cuCtxCreate_v3",
-        true,
+        Side::Exit,
         "context creation: CUresult and duration",
     ),
     up(
         "uprobe:cuCtxCreate_v4",
         "cuctx_v4_enter",
         "cuCtxCreate_v4",
-        false,
+        Side::Entry,
         "context creation with parameters (CUDA 12.5+; cuCtxCreate of CUDA 13 headers): entry and device",
     ),
     up(
         "uretprobe:cuCtxCreate_v4",
         "cuctx_v4_exit",
         "cuCtxCreate_v4",
-        true,
+        Side::Exit,
         "context creation: CUresult and duration",
     ),
     up(
         "uprobe:cuDevicePrimaryCtxRetain",
         "cuprimctx_enter",
         "cuDevicePrimaryCtxRetain",
-        false,
+        Side::Entry,
         "primary context (what the CUDA runtime uses): entry and device",
     ),
     up(
         "uretprobe:cuDevicePrimaryCtxRetain",
         "cuprimctx_exit",
         "cuDevicePrimaryCtxRetain",
-        true,
+        Side::Exit,
         "primary context: CUresult (46 under an exclusive compute mode) and duration",
     ),
     up(
         "uprobe:cuDeviceGetCount",
         "cudevcnt_enter",
         "cuDeviceGetCount",
-        false,
+        Side::Entry,
         "device count: entry and the count pointer",
     ),
     up(
         "uretprobe:cuDeviceGetCount",
         "cudevcnt_exit",
         "cuDeviceGetCount",
-        true,
+        Side::Exit,
         "device count CUDA sees (against nvidia-smi's GPUs with MIG on), CUresult and duration",
     ),
 ];
@@ -542,13 +568,16 @@ const fn up(
     label: &'static str,
     program: &'static str,
     symbol: &'static str,
-    ret: bool,
+    side: Side,
     purpose: &'static str,
 ) -> ProbeSpec {
     ProbeSpec {
         label,
         program,
-        attach: Attach::Uprobe { symbol, ret },
+        attach: Attach::Uprobe {
+            symbol,
+            ret: side.is_exit(),
+        },
         required: false,
         purpose,
         backend: None,
