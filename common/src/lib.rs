@@ -9,6 +9,10 @@
 //!   `EVENT_*` numbers, which are never reused;
 //! * times are `bpf_ktime_get_ns()` values: nanoseconds of `CLOCK_MONOTONIC`;
 //! * sizes are asserted in the tests at the bottom.
+//!
+//! Over 800 lines: every record and map value both sides read is here, one crate, so that a
+//! layout has one definition (kernel-function records are in [`kfunc`]); the size tests at
+//! the bottom are a fifth of it.
 #![no_std]
 
 /// Length of a task's `comm` (`TASK_COMM_LEN` in `include/linux/sched.h`).

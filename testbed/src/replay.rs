@@ -6,6 +6,11 @@
 //! The line format is defined in `testbed/replays/README.md`. Every error names the file
 //! and line ([`ParseError`]).
 //!
+//! Over 800 lines: the line model (a replay, its steps) and its one parser, which checks
+//! every kind of line against the others (sources, coverage, opens, ioctls, statuses) and
+//! so reads as one piece; what a run needs is in `replay/run.rs`, the unit tests in
+//! `replay/tests.rs`, the replays run end to end in `testbed/tests/testbed.rs`.
+//!
 //! ```
 //! use uvmwatch_testbed::replay::Replay;
 //! let r = Replay::load("535.104.05-h100-cumemory").unwrap();

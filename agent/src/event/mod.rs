@@ -6,6 +6,10 @@
 //!
 //! Times are `CLOCK_MONOTONIC` nanoseconds (the kernel's `bpf_ktime_get_ns`); use
 //! [`Clock::to_unix_nanos`] for wall-clock time.
+//!
+//! Over 800 lines: the event is one type on purpose (every listener matches the same
+//! [`Kind`]), so its kinds and their payloads stay in one file; the tests at the bottom
+//! build each kind once.
 
 use std::{sync::Arc, time::Duration};
 

@@ -2,6 +2,10 @@
 //! gets come out (recorded), over a stand-in kernel side whose in-flight maps the tests set,
 //! a procfs-like tree for the processes, and the motivating incident's machine as the facts
 //! (`testbed/fixtures/incident-host`).
+//!
+//! Over 800 lines: one file of tests of the observer's handlers, sharing the stand-in
+//! kernel side and the recorded listener set up at its top; each test is one story of
+//! records in and events out.
 
 use std::{
     path::{Path, PathBuf},

@@ -14,6 +14,9 @@
 //! - The VM runs `vmtest/init/nvidia.sh`; the lines it prints with a known prefix
 //!   (`strace| `, `smi| `, ...) are saved as files under `target/vmtest/<k>/nvidia/`
 //!   ([`artifact_of`]).
+//!
+//! Over 800 lines, a sixth of them tests: download, build and image of the series depend
+//! on one another's cache keys and paths, so the recipe is read in one place.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};

@@ -2,7 +2,7 @@
 //! `shared/reference/failure-classes.md`); [`check`] says when it applies, and its tests go
 //! from evidence built in code to snapshot trees read back by the collectors.
 //!
-//! Longer than the other rule files (about 900 lines): the rule has two forms, a critical
+//! Longer than the other rule files (over 800 lines, half of them tests): the rule has two forms, a critical
 //! finding from a failure seen and a warning from the host's risk profile (open module, HMM
 //! on, KASLR on, no kernel fix), which share the readers of that profile kept here, and it
 //! is the motivating incident's rule, with the most cases to test.

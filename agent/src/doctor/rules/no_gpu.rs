@@ -3,6 +3,10 @@
 //! machines without a GPU); [`check`] says when it applies, and its tests go from evidence
 //! built in code to snapshot trees read back by the collectors, those of real hosts among
 //! them (`uvmwatch_testbed::snapshot::gpuless`).
+//!
+//! Over 800 lines, half of them tests: the rule reads three independent sources (the
+//! driver's GPU list, `nvidia-smi`, the kernel log of a driver that refused to load), and
+//! each needs its healthy and unreadable cases beside the real GPU-less hosts.
 
 use super::super::collect::smi::SMI_AMBIGUOUS_NO_GPU;
 use super::super::facts::{Evidence, Observations, SmiOutcome, SmiVerdict};
