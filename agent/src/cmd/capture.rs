@@ -174,16 +174,14 @@ pub fn capture(args: CaptureArgs, g: &Global) -> Result<ExitCode> {
     match (r, written) {
         (Err(e), _) => Err(e),
         (Ok(()), Some(Ok(w))) => {
-            tracing::info!(
-                target: crate::export::log::TARGET,
-                event = "capture_written",
+            crate::write_record!(
+                crate::export::log::schema::CAPTURE_WRITTEN,
                 path = %w.path.display(),
                 events = w.events,
                 processes = w.processes,
                 dropped_events = w.dropped,
                 lost_events = w.lost,
                 bytes = w.bytes,
-                "capture written"
             );
             if std::io::stderr().is_terminal() {
                 eprintln!(

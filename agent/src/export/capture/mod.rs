@@ -268,7 +268,11 @@ impl Listener for CaptureListener {
             .write(crate::clock::monotonic_ns())
             .map_err(|e| format!("{e:#}"));
         if let Err(e) = &r {
-            tracing::error!(target: crate::export::log::TARGET, event = "capture_write_failed", path = %self.out.display(), error = %e, "could not write the capture");
+            crate::write_record!(
+                crate::export::log::schema::CAPTURE_WRITE_FAILED,
+                path = %self.out.display(),
+                error = %e,
+            );
         }
         *self
             .progress

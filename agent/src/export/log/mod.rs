@@ -2,9 +2,13 @@
 //! machines, text for people; the subscriber is set up by [`init`]).
 //!
 //! Every record the agent writes about what it observed comes from here, one callsite per
-//! kind of record, with the target [`TARGET`] and an `event` field naming the kind. The
-//! fields of each are the stable JSON schema ([`schema`], `docs/log-schema.md`); the text
-//! format shows the ones that matter to a person ([`text`]).
+//! kind of record, through [`write_record!`](crate::write_record): the record's `event`,
+//! level, message and fields are its description in [`schema`] (the stable JSON schema,
+//! `docs/log-schema.md`), the target is [`TARGET`]; the text format shows the fields that
+//! matter to a person ([`text`]). The exporters write their own records the same way.
+//!
+//! Over 800 lines: one listener turns every kind of event into its record, so the file
+//! follows [`Kind`]; a fifth of it is tests.
 
 pub mod schema;
 pub mod text;
@@ -21,6 +25,43 @@ use crate::{
 
 /// The target of every event record (users filter on it: `--log-level uvmwatch::agent=debug`).
 pub const TARGET: &str = "uvmwatch::agent";
+
+/// Writes one record described in [`schema`]: `write_record!(schema::FORK, pid, child =
+/// *child)`. Its `event`, level and message are the description's; the fields are given in
+/// the description's order, each as `name`, `name = value`, `name = %value` (`Display`) or
+/// `name = ?value` (`Debug`), and a list that is not the description's does not compile.
+#[macro_export]
+macro_rules! write_record {
+    ($record:path $(, $($fields:tt)*)?) => {
+        $crate::write_record!(@fields $record; []; []; $($($fields)*)?)
+    };
+    (@fields $record:path; [$($names:expr,)*]; [$($done:tt)*]; $name:ident = % $value:expr $(, $($rest:tt)*)?) => {
+        $crate::write_record!(@fields $record; [$($names,)* stringify!($name),]; [$($done)* $name = %$value,]; $($($rest)*)?)
+    };
+    (@fields $record:path; [$($names:expr,)*]; [$($done:tt)*]; $name:ident = ? $value:expr $(, $($rest:tt)*)?) => {
+        $crate::write_record!(@fields $record; [$($names,)* stringify!($name),]; [$($done)* $name = ?$value,]; $($($rest)*)?)
+    };
+    (@fields $record:path; [$($names:expr,)*]; [$($done:tt)*]; $name:ident = $value:expr $(, $($rest:tt)*)?) => {
+        $crate::write_record!(@fields $record; [$($names,)* stringify!($name),]; [$($done)* $name = $value,]; $($($rest)*)?)
+    };
+    (@fields $record:path; [$($names:expr,)*]; [$($done:tt)*]; $name:ident $(, $($rest:tt)*)?) => {
+        $crate::write_record!(@fields $record; [$($names,)* stringify!($name),]; [$($done)* $name,]; $($($rest)*)?)
+    };
+    (@fields $record:path; [$($names:expr,)*]; [$($done:tt)*];) => {{
+        const _: () = assert!(
+            $crate::export::log::schema::fields_are(&$record, &[$($names),*]),
+            "these fields are not the record's in agent/src/export/log/schema.rs (names and order)"
+        );
+        ::tracing::event!(
+            target: $crate::export::log::TARGET,
+            $record.level,
+            event = $record.event,
+            $($done)*
+            "{}",
+            $record.message
+        )
+    }};
+}
 
 /// How records are written.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -89,9 +130,8 @@ impl crate::event::Listener for LogListener {
             Kind::CuinitStart { flags, late, .. } => {
                 let p = ev.process.as_deref().cloned().unwrap_or_default();
                 let w = &p.workload;
-                tracing::info!(
-                    target: TARGET,
-                    event = "cuinit_start",
+                crate::write_record!(
+                    schema::CUINIT_START,
                     pid,
                     tid,
                     engine = w.engine.as_deref().unwrap_or(""),
@@ -104,7 +144,6 @@ impl crate::event::Listener for LogListener {
                     exe = %p.exe,
                     flags = *flags,
                     late = *late,
-                    "cuInit entered"
                 );
             }
             Kind::CuinitEnd(c) => self.cuinit_end(ev, c),
@@ -119,9 +158,8 @@ impl crate::event::Listener for LogListener {
             Kind::Open(o) => self.open(ev, o),
             Kind::ContextCall(c) => self.context_call(ev, c),
             Kind::KernelSignal(s) if !self.print_failure(ev, s.function, &s.result) => {}
-            Kind::KernelSignal(s) => tracing::warn!(
-                target: TARGET,
-                event = "kernel_signal",
+            Kind::KernelSignal(s) => crate::write_record!(
+                schema::KERNEL_FUNCTION_FAILED,
                 pid,
                 tid,
                 comm = %comm,
@@ -129,121 +167,68 @@ impl crate::event::Listener for LogListener {
                 result = %s.result,
                 in_uvm_ioctl = s.in_uvm_ioctl,
                 duration_seconds = seconds(ev.ts_ns, s.start_ns),
-                "kernel function failed"
             ),
-            Kind::DiedInCall(d) => tracing::info!(
-                target: TARGET,
-                event = "died_in_call",
+            Kind::DiedInCall(d) => crate::write_record!(
+                schema::DIED_IN_CALL,
                 pid,
                 tid,
                 comm = %comm,
                 calls = %d.calls.join(" > "),
-                "thread exited with a driver call in flight"
             ),
             Kind::Stall(s) => self.stall(ev, s),
             Kind::StallEnd(s) => stall_end(ev, s),
-            Kind::Fork { child } => tracing::debug!(
-                target: TARGET,
-                event = "fork",
-                pid,
-                child = *child,
-                "tracked process forked"
-            ),
-            Kind::Exec => tracing::debug!(
-                target: TARGET,
-                event = "exec",
-                pid,
-                "tracked process exec'ed"
-            ),
-            Kind::ProcessExit => tracing::debug!(
-                target: TARGET,
-                event = "process_exit",
-                pid,
-                "tracked process exited"
-            ),
+            Kind::Fork { child } => crate::write_record!(schema::FORK, pid, child = *child,),
+            Kind::Exec => crate::write_record!(schema::EXEC, pid,),
+            Kind::ProcessExit => crate::write_record!(schema::PROCESS_EXIT, pid,),
             Kind::Diagnosis(d) => self.diagnosis(ev, d),
             Kind::Scan(_) => self.print_repeats(ev.ts_ns, false),
             Kind::ActiveFindings(_) => {}
             Kind::Started(s) => started(s),
             Kind::Stopped { signal } => {
                 self.print_repeats(ev.ts_ns, true);
-                tracing::info!(
-                target: TARGET,
-                event = "stopped",
-                signal = *signal,
-                "probes detached, agent stopped"
-                );
+                crate::write_record!(schema::STOPPED, signal = *signal,);
             }
             Kind::LibcudaAttached {
                 path,
                 host_path,
                 source,
-            } => tracing::info!(
-                target: TARGET,
-                event = "libcuda_attached",
+            } => crate::write_record!(
+                schema::LIBCUDA_ATTACHED,
                 path = %path,
                 host_path = %host_path,
                 source = %source,
-                "cuInit probes attached"
             ),
-            Kind::LibcudaAttachFailed { path, error } => tracing::warn!(
-                target: TARGET,
-                event = "libcuda_attach_failed",
+            Kind::LibcudaAttachFailed { path, error } => crate::write_record!(
+                schema::LIBCUDA_ATTACH_FAILED,
                 path = %path,
                 error = %error,
-                "could not probe cuInit in this library"
             ),
-            Kind::LibcudaFlagUnusable { error } => tracing::error!(
-                target: TARGET,
-                event = "libcuda_not_found",
+            Kind::LibcudaFlagUnusable { error } => crate::write_record!(
+                schema::LIBCUDA_FLAG_UNUSABLE,
                 error = %error,
-                "--libcuda path unusable"
             ),
-            Kind::LibcudaNotFound => tracing::warn!(
-                target: TARGET,
-                event = "libcuda_not_found",
-                "no libcuda.so found on the host or in any running process; cuInit probes attach \
-                 as soon as a process loads one (or pass --libcuda PATH)"
-            ),
-            Kind::LibcudaUnresolved { path, error } => tracing::debug!(
-                target: TARGET,
-                event = "libcuda_open",
+            Kind::LibcudaNotFound => crate::write_record!(schema::LIBCUDA_NOT_FOUND,),
+            Kind::LibcudaUnresolved { path, error } => crate::write_record!(
+                schema::LIBCUDA_UNRESOLVED,
                 pid,
                 path = %path,
                 error = %error,
-                "library opened but not resolvable"
             ),
-            Kind::FdsLearned { count } => tracing::info!(
-                target: TARGET,
-                event = "fds_learned",
-                count = *count,
-                "NVIDIA fds opened before the agent started are identified"
-            ),
-            Kind::InFlightAtStart { ioctl, node } => tracing::warn!(
-                target: TARGET,
-                event = "in_flight_at_start",
+            Kind::FdsLearned { count } => {
+                crate::write_record!(schema::FDS_LEARNED, count = *count,)
+            }
+            Kind::InFlightAtStart { ioctl, node } => crate::write_record!(
+                schema::IN_FLIGHT_AT_START,
                 pid,
                 tid,
                 ioctl = %ioctl,
                 node = %node,
-                "a thread was already inside a driver call when the agent started; its age counts from now"
             ),
             Kind::ModuleChanged { module, loaded } => {
-                let done = if *loaded { "attached" } else { "detached" };
                 if *loaded {
-                    tracing::info!(
-                        target: TARGET,
-                        event = "module_loaded",
-                        module = *module,
-                        "kprobes on the module's functions {done}"
-                    );
+                    crate::write_record!(schema::MODULE_LOADED, module = *module,);
                 } else {
-                    tracing::info!(
-                        target: TARGET,
-                        event = "module_unloaded",
-                        module = *module,
-                        "kprobes on the module's functions {done}"
-                    );
+                    crate::write_record!(schema::MODULE_UNLOADED, module = *module,);
                 }
             }
             Kind::ProbesChanged {
@@ -259,13 +244,11 @@ impl crate::event::Listener for LogListener {
                     if f.on {
                         self.features_off.remove(f.name);
                     } else if self.features_off.insert(f.name) {
-                        tracing::warn!(
-                            target: TARGET,
-                            event = "feature_off",
+                        crate::write_record!(
+                            schema::FEATURE_OFF,
                             feature = f.name,
                             lost = f.lost,
                             reason = %f.why,
-                            "a feature is off: what it gives is not seen"
                         );
                     }
                 }
@@ -273,37 +256,24 @@ impl crate::event::Listener for LogListener {
             Kind::DriverLayout(d) => {
                 let driver = d.driver.as_deref().unwrap_or("unknown");
                 match d.selection {
-                    "nearest" => tracing::warn!(
-                        target: TARGET,
-                        event = "driver_layout",
+                    "nearest" => crate::write_record!(
+                        schema::DRIVER_LAYOUT_NEAREST,
                         driver_version = driver,
                         layout = %d.layout,
                         selection = d.selection,
                         source = %d.source,
-                        "driver version not in the layout table: statuses read with the layouts of the nearest known release"
                     ),
-                    _ => tracing::info!(
-                        target: TARGET,
-                        event = "driver_layout",
+                    _ => crate::write_record!(
+                        schema::DRIVER_LAYOUT_EXACT,
                         driver_version = driver,
                         layout = %d.layout,
                         selection = d.selection,
                         source = %d.source,
-                        "ioctl statuses read with the layouts of this driver release"
                     ),
                 }
             }
-            Kind::EvidenceChanged => tracing::debug!(
-                target: TARGET,
-                event = "evidence_changed",
-                "diagnosis facts changed"
-            ),
-            Kind::Swept { removed } => tracing::debug!(
-                target: TARGET,
-                event = "sweep",
-                removed = *removed,
-                "stale process entries removed"
-            ),
+            Kind::EvidenceChanged => crate::write_record!(schema::EVIDENCE_CHANGED,),
+            Kind::Swept { removed } => crate::write_record!(schema::SWEEP, removed = *removed,),
         }
     }
 }
@@ -325,15 +295,13 @@ impl LogListener {
     /// The sums of repeated failures: those whose window is over, or all.
     fn print_repeats(&mut self, now_ns: u64, all: bool) {
         for (key, times, over) in self.seen.repeated(now_ns, all) {
-            tracing::warn!(
-                target: TARGET,
-                event = "repeated",
+            crate::write_record!(
+                schema::REPEATED,
                 pid = key.pid,
                 call = %key.call,
                 result = %key.result,
                 times,
                 over_seconds = over,
-                "failure repeated"
             );
         }
     }
@@ -360,9 +328,8 @@ impl LogListener {
         // A result not known (a call seen only through its driver calls, none failed) is no
         // failure to report.
         if c.code <= 0 {
-            tracing::info!(
-                target: TARGET,
-                event = "cuinit_end",
+            crate::write_record!(
+                schema::CUINIT_RETURNED,
                 pid,
                 tid,
                 comm = %comm,
@@ -374,15 +341,13 @@ impl LogListener {
                 seen,
                 ended,
                 result_inferred_from = basis,
-                "cuInit returned"
             );
             return;
         }
         let fail = c.call.last_failure.clone().unwrap_or_default();
         let d = self.summary(ev);
-        tracing::error!(
-            target: TARGET,
-            event = "cuinit_end",
+        crate::write_record!(
+            schema::CUINIT_FAILED,
             pid,
             tid,
             comm = %comm,
@@ -400,7 +365,6 @@ impl LogListener {
             diagnosis_title = %d.title,
             diagnosis_fix = %d.fix,
             runbook = %d.runbook,
-            "cuInit failed"
         );
     }
 
@@ -412,13 +376,11 @@ impl LogListener {
             }
         }
         let Some(errno) = &o.errno else {
-            tracing::debug!(
-                target: TARGET,
-                event = "device_open",
+            crate::write_record!(
+                schema::DEVICE_OPENED,
                 pid,
                 path = %o.path,
                 fd = o.fd,
-                "NVIDIA device opened"
             );
             return;
         };
@@ -428,13 +390,12 @@ impl LogListener {
             .and_then(|p| p.container_id.clone())
             .unwrap_or_default();
         let d = self.summary(ev);
-        tracing::warn!(
-            target: TARGET,
+        crate::write_record!(
+            schema::DEVICE_OPEN_FAILED,
             diagnosis = %d.rules,
             diagnosis_title = %d.title,
             diagnosis_fix = %d.fix,
             runbook = %d.runbook,
-            event = "device_open_failed",
             pid,
             tid,
             comm = %comm,
@@ -443,7 +404,6 @@ impl LogListener {
             errno = %errno,
             container_id = %container,
             in_cuinit = o.in_cuinit,
-            "NVIDIA device open failed"
         );
     }
 
@@ -459,9 +419,8 @@ impl LogListener {
                 return;
             }
             let d = self.summary(ev);
-            tracing::error!(
-                target: TARGET,
-                event = "context_call",
+            crate::write_record!(
+                schema::CONTEXT_CALL_FAILED,
                 pid,
                 tid,
                 comm = %comm,
@@ -474,13 +433,11 @@ impl LogListener {
                 diagnosis_title = %d.title,
                 diagnosis_fix = %d.fix,
                 runbook = %d.runbook,
-                "CUDA context or device call failed"
             );
         } else if c.count_disagrees {
             let d = self.summary(ev);
-            tracing::warn!(
-                target: TARGET,
-                event = "device_count",
+            crate::write_record!(
+                schema::DEVICE_COUNT_LOW,
                 pid,
                 tid,
                 comm = %comm,
@@ -491,12 +448,10 @@ impl LogListener {
                 diagnosis_title = %d.title,
                 diagnosis_fix = %d.fix,
                 runbook = %d.runbook,
-                "CUDA sees fewer devices than the process has GPUs"
             );
         } else {
-            tracing::debug!(
-                target: TARGET,
-                event = "context_call",
+            crate::write_record!(
+                schema::CONTEXT_CALL_RETURNED,
                 pid,
                 tid,
                 call = c.call,
@@ -504,7 +459,6 @@ impl LogListener {
                 count = %count,
                 result = %c.result,
                 duration_seconds = secs,
-                "CUDA context or device call returned"
             );
         }
     }
@@ -530,8 +484,8 @@ impl LogListener {
             .unwrap_or_default();
         let t = &s.thread;
         let d = self.summary(ev);
-        tracing::error!(
-            target: TARGET,
+        crate::write_record!(
+            schema::STALL,
             engine = w.engine.as_deref().unwrap_or(""),
             model = w.model.as_deref().unwrap_or(""),
             pod = w.k8s_pod_name.as_deref().unwrap_or(""),
@@ -540,7 +494,6 @@ impl LogListener {
             diagnosis_title = %d.title,
             diagnosis_fix = %d.fix,
             runbook = %d.runbook,
-            event = "stall",
             call = %s.call,
             kind = s.kind.as_str(),
             pid,
@@ -557,7 +510,6 @@ impl LogListener {
             thread_state = %t.state,
             wchan = %t.wchan,
             kernel_stack = %t.stack.join(" < "),
-            "call stalled"
         );
     }
 
@@ -565,16 +517,14 @@ impl LogListener {
         let f = &d.finding;
         if d.trigger == Trigger::Evidence {
             self.seen.host_finding(f);
-            tracing::info!(
-                target: TARGET,
-                event = "diagnosis",
+            crate::write_record!(
+                schema::DIAGNOSIS_HOST,
                 trigger = d.trigger.as_str(),
                 rule = %f.rule,
                 severity = f.severity.as_str(),
                 basis = f.basis.as_str(),
                 title = %f.title,
                 runbook = %f.runbook,
-                "finding from the host's state"
             );
             return;
         }
@@ -583,9 +533,8 @@ impl LogListener {
             // Shown in full already for this process: its cause's record names it.
             return;
         }
-        tracing::warn!(
-            target: TARGET,
-            event = "diagnosis",
+        crate::write_record!(
+            schema::DIAGNOSIS_OBSERVED,
             trigger = d.trigger.as_str(),
             pid,
             rule = %f.rule,
@@ -597,7 +546,6 @@ impl LogListener {
             unchecked = %f.unchecked.join("; "),
             fix = %f.fix_text(),
             runbook = %f.runbook,
-            "diagnosis"
         );
     }
 }
@@ -606,9 +554,8 @@ fn ioctl(ev: &Event, io: &Ioctl) {
     let (pid, tid, comm) = (ev.pid().unwrap_or(0), ev.tid, ev.comm.as_str());
     let secs = seconds(ev.ts_ns, io.start_ns);
     if io.failed {
-        tracing::warn!(
-            target: TARGET,
-            event = "driver_ioctl",
+        crate::write_record!(
+            schema::IOCTL_FAILED,
             pid,
             tid,
             comm = %comm,
@@ -619,12 +566,10 @@ fn ioctl(ev: &Event, io: &Ioctl) {
             ret = io.ret,
             duration_seconds = secs,
             in_cuinit = io.in_cuinit,
-            "driver call failed"
         );
     } else if io.slow {
-        tracing::info!(
-            target: TARGET,
-            event = "driver_ioctl",
+        crate::write_record!(
+            schema::IOCTL_SLOW,
             pid,
             tid,
             comm = %comm,
@@ -633,19 +578,16 @@ fn ioctl(ev: &Event, io: &Ioctl) {
             result = %io.result,
             duration_seconds = secs,
             in_cuinit = io.in_cuinit,
-            "slow driver call"
         );
     } else {
-        tracing::debug!(
-            target: TARGET,
-            event = "driver_ioctl",
+        crate::write_record!(
+            schema::IOCTL_IN_CUINIT,
             pid,
             tid,
             ioctl = %io.name,
             node = %io.node,
             result = %io.result,
             duration_seconds = secs,
-            "driver call inside cuInit"
         );
     }
 }
@@ -655,9 +597,8 @@ fn stall_end(ev: &Event, s: &StallEnd) {
     let secs = seconds(ev.ts_ns, s.start_ns);
     let outcome = s.outcome.as_str();
     match (s.outcome, s.kind) {
-        (StallOutcome::Returned, CallKind::Cuinit) => tracing::warn!(
-            target: TARGET,
-            event = "stall_end",
+        (StallOutcome::Returned, CallKind::Cuinit) => crate::write_record!(
+            schema::STALL_END_CUINIT,
             call = "cuInit",
             outcome,
             pid,
@@ -666,11 +607,9 @@ fn stall_end(ev: &Event, s: &StallEnd) {
             result = %s.result.as_deref().unwrap_or(""),
             code = s.code.unwrap_or(0),
             duration_seconds = secs,
-            "stalled cuInit returned"
         ),
-        (StallOutcome::Returned, CallKind::Ioctl) => tracing::warn!(
-            target: TARGET,
-            event = "stall_end",
+        (StallOutcome::Returned, CallKind::Ioctl) => crate::write_record!(
+            schema::STALL_END_IOCTL,
             call = %s.call,
             node = %s.node.as_deref().unwrap_or(""),
             outcome,
@@ -679,34 +618,28 @@ fn stall_end(ev: &Event, s: &StallEnd) {
             comm = %comm,
             result = %s.result.as_deref().unwrap_or(""),
             duration_seconds = secs,
-            "stalled driver call returned"
         ),
-        (StallOutcome::ThreadExited, _) => tracing::warn!(
-            target: TARGET,
-            event = "stall_end",
+        (StallOutcome::ThreadExited, _) => crate::write_record!(
+            schema::STALL_END_THREAD_EXITED,
             call = %s.call,
             outcome,
             pid,
             tid,
             comm = %comm,
-            "thread died inside a stalled call"
         ),
-        (StallOutcome::Ended, _) => tracing::warn!(
-            target: TARGET,
-            event = "stall_end",
+        (StallOutcome::Ended, _) => crate::write_record!(
+            schema::STALL_END_NOT_IN_FLIGHT,
             call = %s.call,
             outcome,
             pid,
             tid,
-            "stalled call is no longer in flight (no exit event seen)"
         ),
     }
 }
 
 fn started(s: &Started) {
-    tracing::info!(
-        target: TARGET,
-        event = "started",
+    crate::write_record!(
+        schema::STARTED,
         listen = %s.listen,
         probes_attached = s.probes_attached,
         probes_total = s.probes_total,
@@ -715,7 +648,6 @@ fn started(s: &Started) {
         ioctl_stall_seconds = s.ioctl_stall.as_secs_f64(),
         backend = s.backend,
         backend_reason = %s.backend_reason,
-        "uvmwatch agent running"
     );
 }
 

@@ -7,6 +7,13 @@
 //!
 //! Every record also has `timestamp`, `level`, `message` and `target` (`uvmwatch::agent`).
 //! Field names are kept across versions; a rename is a documented change.
+//!
+//! Each record is described once, here, as a named [`Record`]; the writer names it in
+//! [`write_record!`](crate::write_record) and gives the values of its fields, in its order:
+//! the event, level and message come from the description, and a field list that differs
+//! from it does not compile ([`fields_are`]).
+
+use tracing::Level;
 
 /// One field of a record.
 #[derive(Clone, Copy, Debug)]
@@ -22,7 +29,7 @@ pub struct Field {
 pub struct Record {
     /// The `event` field.
     pub event: &'static str,
-    pub level: &'static str,
+    pub level: Level,
     /// The `message`.
     pub message: &'static str,
     pub fields: &'static [Field],
@@ -120,7 +127,6 @@ const RESULT_BASIS: Field = f(
     "when the return was not seen: what the result was inferred from (docs/probes.md#late-cuinit); empty when the return was seen or nothing told (result unknown, code -1)",
 );
 
-/// Every record kind, grouped by the data path: calls, stalls, processes, diagnosis, agent.
 /// The fields of both `driver_layout` records.
 const DRIVER_LAYOUT: [Field; 4] = [
     f(
@@ -141,445 +147,643 @@ const DRIVER_LAYOUT: [Field; 4] = [
     ),
 ];
 
+pub const CUINIT_START: Record = Record {
+    event: "cuinit_start",
+    level: Level::INFO,
+    message: "cuInit entered",
+    fields: &[
+        PID,
+        TID,
+        ENGINE,
+        MODEL,
+        f("quantization", "weight quantization (nvfp4, fp8, awq, ...)"),
+        f("tp_rank", "tensor-parallel rank"),
+        POD,
+        NAMESPACE,
+        COMM,
+        EXE,
+        j("flags", "the Flags argument"),
+        j(
+            "late",
+            "found at its first driver call (its libcuda was loaded before the probes were attached): its entry was not seen, the time is that call's",
+        ),
+    ],
+};
+pub const CUINIT_RETURNED: Record = Record {
+    event: "cuinit_end",
+    level: Level::INFO,
+    message: "cuInit returned",
+    fields: &[
+        PID,
+        TID,
+        COMM,
+        CUINIT_RESULT,
+        CUINIT_CODE,
+        DURATION,
+        DRIVER_CALLS,
+        DEVICE_OPENS,
+        SEEN,
+        ENDED,
+        RESULT_BASIS,
+    ],
+};
+pub const CUINIT_FAILED: Record = Record {
+    event: "cuinit_end",
+    level: Level::ERROR,
+    message: "cuInit failed",
+    fields: &[
+        PID,
+        TID,
+        COMM,
+        CUINIT_RESULT,
+        CUINIT_CODE,
+        DURATION,
+        DRIVER_CALLS,
+        DEVICE_OPENS,
+        SEEN,
+        ENDED,
+        RESULT_BASIS,
+        f("failed_call", "the last failed driver call or open inside cuInit (calls on a negative fd left out: they follow a failed open)"),
+        f("failed_result", "its result"),
+        DIAGNOSIS,
+        DIAGNOSIS_TITLE,
+        DIAGNOSIS_FIX,
+        RUNBOOK,
+    ],
+};
+pub const IOCTL_FAILED: Record = Record {
+    event: "driver_ioctl",
+    level: Level::WARN,
+    message: "driver call failed",
+    fields: &[
+        PID,
+        TID,
+        COMM,
+        IOCTL,
+        j("cmd", "request number, hex"),
+        NODE_PATH,
+        RESULT_IO,
+        j("ret", "the syscall's return value"),
+        DURATION,
+        IN_CUINIT,
+    ],
+};
+pub const IOCTL_SLOW: Record = Record {
+    event: "driver_ioctl",
+    level: Level::INFO,
+    message: "slow driver call",
+    fields: &[
+        PID, TID, COMM, IOCTL, NODE_PATH, RESULT_IO, DURATION, IN_CUINIT,
+    ],
+};
+pub const IOCTL_IN_CUINIT: Record = Record {
+    event: "driver_ioctl",
+    level: Level::DEBUG,
+    message: "driver call inside cuInit",
+    fields: &[PID, TID, IOCTL, NODE_PATH, RESULT_IO, DURATION],
+};
+pub const DEVICE_OPEN_FAILED: Record = Record {
+    event: "device_open_failed",
+    level: Level::WARN,
+    message: "NVIDIA device open failed",
+    fields: &[
+        DIAGNOSIS,
+        DIAGNOSIS_TITLE,
+        DIAGNOSIS_FIX,
+        RUNBOOK,
+        PID,
+        TID,
+        COMM,
+        f(
+            "node",
+            "node label (nvidiactl, nvidia<N>, nvidia-uvm, nvidia-uvm-tools)",
+        ),
+        PATH,
+        f("errno", "errno name"),
+        CONTAINER,
+        IN_CUINIT,
+    ],
+};
+pub const DEVICE_OPENED: Record = Record {
+    event: "device_open",
+    level: Level::DEBUG,
+    message: "NVIDIA device opened",
+    fields: &[PID, PATH, f("fd", "the file descriptor")],
+};
+pub const KERNEL_FUNCTION_FAILED: Record = Record {
+    event: "kernel_signal",
+    level: Level::WARN,
+    message: "kernel function failed",
+    fields: &[
+        PID,
+        TID,
+        COMM,
+        f(
+            "function",
+            "kprobed kernel or nvidia_uvm function (docs/probes.md)",
+        ),
+        f("result", "NV_STATUS name, or -<errno> (<name>)"),
+        j("in_uvm_ioctl", "called inside an ioctl on a UVM node"),
+        DURATION,
+    ],
+};
+pub const DIED_IN_CALL: Record = Record {
+    event: "died_in_call",
+    level: Level::INFO,
+    message: "thread exited with a driver call in flight",
+    fields: &[
+        PID,
+        TID,
+        COMM,
+        f(
+            "calls",
+            "the calls it was inside, outermost first, joined by ' > '",
+        ),
+    ],
+};
+pub const CONTEXT_CALL_FAILED: Record = Record {
+    event: "context_call",
+    level: Level::ERROR,
+    message: "CUDA context or device call failed",
+    fields: &[
+        PID,
+        TID,
+        COMM,
+        CTX_CALL,
+        CTX_DEVICE,
+        RESULT_CU,
+        CODE,
+        DURATION,
+        DIAGNOSIS,
+        DIAGNOSIS_TITLE,
+        DIAGNOSIS_FIX,
+        RUNBOOK,
+    ],
+};
+pub const CONTEXT_CALL_RETURNED: Record = Record {
+    event: "context_call",
+    level: Level::DEBUG,
+    message: "CUDA context or device call returned",
+    fields: &[
+        PID, TID, CTX_CALL, CTX_DEVICE, CTX_COUNT, RESULT_CU, DURATION,
+    ],
+};
+pub const DEVICE_COUNT_LOW: Record = Record {
+    event: "device_count",
+    level: Level::WARN,
+    message: "CUDA sees fewer devices than the process has GPUs",
+    fields: &[
+        PID,
+        TID,
+        COMM,
+        CTX_COUNT,
+        f(
+            "gpu_nodes",
+            "GPU nodes (/dev/nvidia<N>) in the process's root (/proc/<pid>/root/dev); empty when unreadable",
+        ),
+        f(
+            "cuda_visible_devices",
+            "CUDA_VISIBLE_DEVICES of the process's initial environment (/proc/<pid>/environ)",
+        ),
+        DIAGNOSIS,
+        DIAGNOSIS_TITLE,
+        DIAGNOSIS_FIX,
+        RUNBOOK,
+    ],
+};
+pub const STALL: Record = Record {
+    event: "stall",
+    level: Level::ERROR,
+    message: "call stalled",
+    fields: &[
+        ENGINE,
+        MODEL,
+        POD,
+        NAMESPACE,
+        DIAGNOSIS,
+        DIAGNOSIS_TITLE,
+        DIAGNOSIS_FIX,
+        RUNBOOK,
+        CALL,
+        j("kind", "cuInit or driver ioctl"),
+        PID,
+        TID,
+        COMM,
+        EXE,
+        CONTAINER,
+        f("age_seconds", "how long the call has been running"),
+        j("threshold_seconds", "the stall threshold it crossed"),
+        j(
+            "detect_delay_ms",
+            "how late after the threshold it was reported",
+        ),
+        f(
+            "inside",
+            "for cuInit: the driver call it waits in, on which node",
+        ),
+        j(
+            "inside_age_seconds",
+            "how long that driver call has been running",
+        ),
+        NODE_PATH,
+        f(
+            "thread_state",
+            "state of the thread in /proc (D (disk sleep), S (sleeping), ...)",
+        ),
+        f("wchan", "kernel function the thread sleeps in"),
+        j(
+            "kernel_stack",
+            "kernel stack of the thread, innermost first, joined by ' < '",
+        ),
+    ],
+};
+pub const STALL_END_CUINIT: Record = Record {
+    event: "stall_end",
+    level: Level::WARN,
+    message: "stalled cuInit returned",
+    fields: &[CALL, OUTCOME, PID, TID, COMM, RESULT_CU, CODE, DURATION],
+};
+pub const STALL_END_IOCTL: Record = Record {
+    event: "stall_end",
+    level: Level::WARN,
+    message: "stalled driver call returned",
+    fields: &[
+        CALL, NODE_PATH, OUTCOME, PID, TID, COMM, RESULT_IO, DURATION,
+    ],
+};
+pub const STALL_END_THREAD_EXITED: Record = Record {
+    event: "stall_end",
+    level: Level::WARN,
+    message: "thread died inside a stalled call",
+    fields: &[CALL, OUTCOME, PID, TID, COMM],
+};
+pub const STALL_END_NOT_IN_FLIGHT: Record = Record {
+    event: "stall_end",
+    level: Level::WARN,
+    message: "stalled call is no longer in flight (no exit event seen)",
+    fields: &[CALL, OUTCOME, PID, TID],
+};
+pub const FORK: Record = Record {
+    event: "fork",
+    level: Level::DEBUG,
+    message: "tracked process forked",
+    fields: &[PID, f("child", "pid of the new process")],
+};
+pub const EXEC: Record = Record {
+    event: "exec",
+    level: Level::DEBUG,
+    message: "tracked process exec'ed",
+    fields: &[PID],
+};
+pub const PROCESS_EXIT: Record = Record {
+    event: "process_exit",
+    level: Level::DEBUG,
+    message: "tracked process exited",
+    fields: &[PID],
+};
+pub const DIAGNOSIS_OBSERVED: Record = Record {
+    event: "diagnosis",
+    level: Level::WARN,
+    message: "diagnosis",
+    fields: &[
+        f("trigger", "the record that caused it: cuinit_end, device_open_failed, stall, context_call, device_count"),
+        PID,
+        f("rule", "rule id (docs/doctor.md)"),
+        f("severity", "critical, warning, info"),
+        f(
+            "basis",
+            "observed (rests on what the probes saw of this process); the agent attaches only observed findings to a failure",
+        ),
+        j("confidence", "High, Medium, Low"),
+        f("title", "what is wrong"),
+        j("evidence", "what=value [source]; ..."),
+        j("unchecked", "what the rule could not check, and why"),
+        f("fix", "the fix, numbered steps with where to run them ([host], [container], [any])"),
+        RUNBOOK,
+    ],
+};
+pub const DIAGNOSIS_HOST: Record = Record {
+    event: "diagnosis",
+    level: Level::INFO,
+    message: "finding from the host's state",
+    fields: &[
+        f("trigger", "evidence: the host's facts alone"),
+        f("rule", "rule id"),
+        f("severity", "critical, warning, info"),
+        j("basis", "static: the host's state alone"),
+        f("title", "what is wrong"),
+        RUNBOOK,
+    ],
+};
+pub const REPEATED: Record = Record {
+    event: "repeated",
+    level: Level::WARN,
+    message: "failure repeated",
+    fields: &[
+        f("pid", "the process (0 for the sum of failures beyond the 4096 summed one by one)"),
+        f("call", "the call and its node (`UVM_REGISTER_GPU on /dev/nvidia-uvm`, `open /dev/nvidia-uvm`), or the kernel function"),
+        f("result", "the result label it failed with"),
+        f("times", "how often it came again since it was printed or last summed up"),
+        f("over_seconds", "over how long"),
+    ],
+};
+pub const STARTED: Record = Record {
+    event: "started",
+    level: Level::INFO,
+    message: "uvmwatch agent running",
+    fields: &[
+        f("listen", "address of /metrics and /healthz, or none"),
+        f("probes_attached", "probes attached"),
+        f("probes_total", "probes in the registry"),
+        f("libcuda_targets", "libcuda files with cuInit probes"),
+        f("cuinit_stall_seconds", "--cuinit-stall"),
+        f("ioctl_stall_seconds", "--ioctl-stall"),
+        f(
+            "backend",
+            "how opens and ioctls are hooked: fentry or tracepoint (docs/probes.md#backends)",
+        ),
+        f(
+            "backend_reason",
+            "why: the kernel allows trampolines, the kernel's refusal of fentry, or the flag",
+        ),
+    ],
+};
+pub const STOPPED: Record = Record {
+    event: "stopped",
+    level: Level::INFO,
+    message: "probes detached, agent stopped",
+    fields: &[f("signal", "what stopped it: SIGTERM, SIGINT, duration")],
+};
+pub const LIBCUDA_ATTACHED: Record = Record {
+    event: "libcuda_attached",
+    level: Level::INFO,
+    message: "cuInit probes attached",
+    fields: &[
+        f("path", "the library as its process sees it"),
+        j("host_path", "the path the probes were attached through"),
+        j("source", "how it was found"),
+    ],
+};
+pub const LIBCUDA_ATTACH_FAILED: Record = Record {
+    event: "libcuda_attach_failed",
+    level: Level::WARN,
+    message: "could not probe cuInit in this library",
+    fields: &[PATH, ERROR],
+};
+pub const LIBCUDA_FLAG_UNUSABLE: Record = Record {
+    event: "libcuda_not_found",
+    level: Level::ERROR,
+    message: "--libcuda path unusable",
+    fields: &[ERROR],
+};
+pub const LIBCUDA_NOT_FOUND: Record = Record {
+    event: "libcuda_not_found",
+    level: Level::WARN,
+    message: "no libcuda.so found on the host or in any running process; cuInit probes attach as soon as a process loads one (or pass --libcuda PATH)",
+    fields: &[],
+};
+pub const LIBCUDA_UNRESOLVED: Record = Record {
+    event: "libcuda_open",
+    level: Level::DEBUG,
+    message: "library opened but not resolvable",
+    fields: &[PID, PATH, ERROR],
+};
+pub const FDS_LEARNED: Record = Record {
+    event: "fds_learned",
+    level: Level::INFO,
+    message: "NVIDIA fds opened before the agent started are identified",
+    fields: &[f("count", "fds learned from /proc/<pid>/fd")],
+};
+pub const IN_FLIGHT_AT_START: Record = Record {
+    event: "in_flight_at_start",
+    level: Level::WARN,
+    message:
+        "a thread was already inside a driver call when the agent started; its age counts from now",
+    fields: &[PID, TID, IOCTL, NODE_PATH],
+};
+pub const MODULE_LOADED: Record = Record {
+    event: "module_loaded",
+    level: Level::INFO,
+    message: "kprobes on the module's functions attached",
+    fields: &[f("module", "nvidia_uvm")],
+};
+pub const MODULE_UNLOADED: Record = Record {
+    event: "module_unloaded",
+    level: Level::INFO,
+    message: "kprobes on the module's functions detached",
+    fields: &[f("module", "nvidia_uvm")],
+};
+pub const DRIVER_LAYOUT_EXACT: Record = Record {
+    event: "driver_layout",
+    level: Level::INFO,
+    message: "ioctl statuses read with the layouts of this driver release",
+    fields: &DRIVER_LAYOUT,
+};
+pub const DRIVER_LAYOUT_NEAREST: Record = Record {
+    event: "driver_layout",
+    level: Level::WARN,
+    message: "driver version not in the layout table: statuses read with the layouts of the nearest known release",
+    fields: &DRIVER_LAYOUT,
+};
+pub const FEATURE_OFF: Record = Record {
+    event: "feature_off",
+    level: Level::WARN,
+    message: "a feature is off: what it gives is not seen",
+    fields: &[
+        f(
+            "feature",
+            "the feature (the `feature` label of `uvmwatch_feature_enabled`)",
+        ),
+        f("lost", "what the agent does not see while it is off"),
+        f(
+            "reason",
+            "why: the probe the kernel refused, or the capability not held",
+        ),
+    ],
+};
+pub const EVIDENCE_CHANGED: Record = Record {
+    event: "evidence_changed",
+    level: Level::DEBUG,
+    message: "diagnosis facts changed",
+    fields: &[],
+};
+pub const SWEEP: Record = Record {
+    event: "sweep",
+    level: Level::DEBUG,
+    message: "stale process entries removed",
+    fields: &[f("removed", "entries removed")],
+};
+
+// The exporters' records: about the agent's own outputs, not what it observed.
+
+pub const OTLP_STARTED: Record = Record {
+    event: "otlp_started",
+    level: Level::INFO,
+    message: "exporting spans over OTLP/HTTP",
+    fields: &[f(
+        "endpoint",
+        "the traces URL (`<--otlp-endpoint>/v1/traces`)",
+    )],
+};
+pub const OTLP_DROPPED: Record = Record {
+    event: "otlp_dropped",
+    level: Level::WARN,
+    message: "OTLP exporter dropped data (queue full or endpoint failing)",
+    fields: &[
+        f(
+            "events_dropped_total",
+            "events dropped since start (queue full)",
+        ),
+        f(
+            "spans_dropped_total",
+            "spans dropped since start (endpoint failing)",
+        ),
+        f(
+            "events_dropped",
+            "events dropped since the last such record",
+        ),
+        f("spans_dropped", "spans dropped since the last such record"),
+    ],
+};
+pub const OTLP_EXPORT_RECOVERED: Record = Record {
+    event: "otlp_export_recovered",
+    level: Level::INFO,
+    message: "OTLP export works again",
+    fields: &[f("previous_error", "why the exports before failed")],
+};
+pub const OTLP_EXPORT_RETRYING: Record = Record {
+    event: "otlp_export_failed",
+    level: Level::WARN,
+    message: "OTLP export failed; retrying",
+    fields: &[
+        ERROR,
+        f(
+            "retry_in_seconds",
+            "when the batch is sent again (backoff, or the endpoint's Retry-After)",
+        ),
+    ],
+};
+pub const OTLP_EXPORT_DROPPED: Record = Record {
+    event: "otlp_export_failed",
+    level: Level::WARN,
+    message: "OTLP export failed; spans dropped",
+    fields: &[ERROR, f("spans", "spans of the batch, dropped")],
+};
+pub const OTLP_EXPORTER_FAILED: Record = Record {
+    event: "otlp_exporter_failed",
+    level: Level::ERROR,
+    message: "OTLP exporter could not start; no spans will be sent",
+    fields: &[ERROR],
+};
+pub const OTLP_SHUTDOWN: Record = Record {
+    event: "otlp_shutdown",
+    level: Level::WARN,
+    message: "OTLP exporter still sending at shutdown; abandoning what is left",
+    fields: &[],
+};
+pub const CAPTURE_WRITTEN: Record = Record {
+    event: "capture_written",
+    level: Level::INFO,
+    message: "capture written",
+    fields: &[
+        PATH,
+        f("events", "events in the trace"),
+        f("processes", "processes in the trace"),
+        f(
+            "dropped_events",
+            "events the kernel side dropped (ring buffer full) while capturing",
+        ),
+        f(
+            "lost_events",
+            "events over --max-events, counted and left out",
+        ),
+        f("bytes", "size of the file"),
+    ],
+};
+pub const CAPTURE_WRITE_FAILED: Record = Record {
+    event: "capture_write_failed",
+    level: Level::ERROR,
+    message: "could not write the capture",
+    fields: &[PATH, ERROR],
+};
+
+/// Every record kind, grouped by the data path: calls, stalls, processes, diagnosis, agent,
+/// exporters.
 pub const RECORDS: &[Record] = &[
-    Record {
-        event: "cuinit_start",
-        level: "INFO",
-        message: "cuInit entered",
-        fields: &[
-            PID,
-            TID,
-            ENGINE,
-            MODEL,
-            f("quantization", "weight quantization (nvfp4, fp8, awq, ...)"),
-            f("tp_rank", "tensor-parallel rank"),
-            POD,
-            NAMESPACE,
-            COMM,
-            EXE,
-            j("flags", "the Flags argument"),
-            j(
-                "late",
-                "found at its first driver call (its libcuda was loaded before the probes were attached): its entry was not seen, the time is that call's",
-            ),
-        ],
-    },
-    Record {
-        event: "cuinit_end",
-        level: "INFO",
-        message: "cuInit returned",
-        fields: &[
-            PID,
-            TID,
-            COMM,
-            CUINIT_RESULT,
-            CUINIT_CODE,
-            DURATION,
-            DRIVER_CALLS,
-            DEVICE_OPENS,
-            SEEN,
-            ENDED,
-            RESULT_BASIS,
-        ],
-    },
-    Record {
-        event: "cuinit_end",
-        level: "ERROR",
-        message: "cuInit failed",
-        fields: &[
-            PID,
-            TID,
-            COMM,
-            CUINIT_RESULT,
-            CUINIT_CODE,
-            DURATION,
-            DRIVER_CALLS,
-            DEVICE_OPENS,
-            SEEN,
-            ENDED,
-            RESULT_BASIS,
-            f("failed_call", "the last failed driver call or open inside cuInit (calls on a negative fd left out: they follow a failed open)"),
-            f("failed_result", "its result"),
-            DIAGNOSIS,
-            DIAGNOSIS_TITLE,
-            DIAGNOSIS_FIX,
-            RUNBOOK,
-        ],
-    },
-    Record {
-        event: "driver_ioctl",
-        level: "WARN",
-        message: "driver call failed",
-        fields: &[
-            PID,
-            TID,
-            COMM,
-            IOCTL,
-            j("cmd", "request number, hex"),
-            NODE_PATH,
-            RESULT_IO,
-            j("ret", "the syscall's return value"),
-            DURATION,
-            IN_CUINIT,
-        ],
-    },
-    Record {
-        event: "driver_ioctl",
-        level: "INFO",
-        message: "slow driver call",
-        fields: &[PID, TID, COMM, IOCTL, NODE_PATH, RESULT_IO, DURATION, IN_CUINIT],
-    },
-    Record {
-        event: "driver_ioctl",
-        level: "DEBUG",
-        message: "driver call inside cuInit",
-        fields: &[PID, TID, IOCTL, NODE_PATH, RESULT_IO, DURATION],
-    },
-    Record {
-        event: "device_open_failed",
-        level: "WARN",
-        message: "NVIDIA device open failed",
-        fields: &[
-            DIAGNOSIS,
-            DIAGNOSIS_TITLE,
-            DIAGNOSIS_FIX,
-            RUNBOOK,
-            PID,
-            TID,
-            COMM,
-            f("node", "node label (nvidiactl, nvidia<N>, nvidia-uvm, nvidia-uvm-tools)"),
-            PATH,
-            f("errno", "errno name"),
-            CONTAINER,
-            IN_CUINIT,
-        ],
-    },
-    Record {
-        event: "device_open",
-        level: "DEBUG",
-        message: "NVIDIA device opened",
-        fields: &[PID, PATH, f("fd", "the file descriptor")],
-    },
-    Record {
-        event: "kernel_signal",
-        level: "WARN",
-        message: "kernel function failed",
-        fields: &[
-            PID,
-            TID,
-            COMM,
-            f("function", "kprobed kernel or nvidia_uvm function (docs/probes.md)"),
-            f("result", "NV_STATUS name, or -<errno> (<name>)"),
-            j("in_uvm_ioctl", "called inside an ioctl on a UVM node"),
-            DURATION,
-        ],
-    },
-    Record {
-        event: "died_in_call",
-        level: "INFO",
-        message: "thread exited with a driver call in flight",
-        fields: &[
-            PID,
-            TID,
-            COMM,
-            f("calls", "the calls it was inside, outermost first, joined by ' > '"),
-        ],
-    },
-    Record {
-        event: "context_call",
-        level: "ERROR",
-        message: "CUDA context or device call failed",
-        fields: &[
-            PID,
-            TID,
-            COMM,
-            CTX_CALL,
-            CTX_DEVICE,
-            RESULT_CU,
-            CODE,
-            DURATION,
-            DIAGNOSIS,
-            DIAGNOSIS_TITLE,
-            DIAGNOSIS_FIX,
-            RUNBOOK,
-        ],
-    },
-    Record {
-        event: "context_call",
-        level: "DEBUG",
-        message: "CUDA context or device call returned",
-        fields: &[
-            PID,
-            TID,
-            CTX_CALL,
-            CTX_DEVICE,
-            CTX_COUNT,
-            RESULT_CU,
-            DURATION,
-        ],
-    },
-    Record {
-        event: "device_count",
-        level: "WARN",
-        message: "CUDA sees fewer devices than the process has GPUs",
-        fields: &[
-            PID,
-            TID,
-            COMM,
-            CTX_COUNT,
-            f(
-                "gpu_nodes",
-                "GPU nodes (/dev/nvidia<N>) in the process's root (/proc/<pid>/root/dev); empty when unreadable",
-            ),
-            f(
-                "cuda_visible_devices",
-                "CUDA_VISIBLE_DEVICES of the process's initial environment (/proc/<pid>/environ)",
-            ),
-            DIAGNOSIS,
-            DIAGNOSIS_TITLE,
-            DIAGNOSIS_FIX,
-            RUNBOOK,
-        ],
-    },
-    Record {
-        event: "stall",
-        level: "ERROR",
-        message: "call stalled",
-        fields: &[
-            ENGINE,
-            MODEL,
-            POD,
-            NAMESPACE,
-            DIAGNOSIS,
-            DIAGNOSIS_TITLE,
-            DIAGNOSIS_FIX,
-            RUNBOOK,
-            CALL,
-            j("kind", "cuInit or driver ioctl"),
-            PID,
-            TID,
-            COMM,
-            EXE,
-            CONTAINER,
-            f("age_seconds", "how long the call has been running"),
-            j("threshold_seconds", "the stall threshold it crossed"),
-            j("detect_delay_ms", "how late after the threshold it was reported"),
-            f("inside", "for cuInit: the driver call it waits in, on which node"),
-            j("inside_age_seconds", "how long that driver call has been running"),
-            NODE_PATH,
-            f("thread_state", "state of the thread in /proc (D (disk sleep), S (sleeping), ...)"),
-            f("wchan", "kernel function the thread sleeps in"),
-            j("kernel_stack", "kernel stack of the thread, innermost first, joined by ' < '"),
-        ],
-    },
-    Record {
-        event: "stall_end",
-        level: "WARN",
-        message: "stalled cuInit returned",
-        fields: &[CALL, OUTCOME, PID, TID, COMM, RESULT_CU, CODE, DURATION],
-    },
-    Record {
-        event: "stall_end",
-        level: "WARN",
-        message: "stalled driver call returned",
-        fields: &[CALL, NODE_PATH, OUTCOME, PID, TID, COMM, RESULT_IO, DURATION],
-    },
-    Record {
-        event: "stall_end",
-        level: "WARN",
-        message: "thread died inside a stalled call",
-        fields: &[CALL, OUTCOME, PID, TID, COMM],
-    },
-    Record {
-        event: "stall_end",
-        level: "WARN",
-        message: "stalled call is no longer in flight (no exit event seen)",
-        fields: &[CALL, OUTCOME, PID, TID],
-    },
-    Record {
-        event: "fork",
-        level: "DEBUG",
-        message: "tracked process forked",
-        fields: &[PID, f("child", "pid of the new process")],
-    },
-    Record {
-        event: "exec",
-        level: "DEBUG",
-        message: "tracked process exec'ed",
-        fields: &[PID],
-    },
-    Record {
-        event: "process_exit",
-        level: "DEBUG",
-        message: "tracked process exited",
-        fields: &[PID],
-    },
-    Record {
-        event: "diagnosis",
-        level: "WARN",
-        message: "diagnosis",
-        fields: &[
-            f("trigger", "the record that caused it: cuinit_end, device_open_failed, stall, context_call, device_count"),
-            PID,
-            f("rule", "rule id (docs/doctor.md)"),
-            f("severity", "critical, warning, info"),
-            f(
-                "basis",
-                "observed (rests on what the probes saw of this process); the agent attaches only observed findings to a failure",
-            ),
-            j("confidence", "High, Medium, Low"),
-            f("title", "what is wrong"),
-            j("evidence", "what=value [source]; ..."),
-            j("unchecked", "what the rule could not check, and why"),
-            f("fix", "the fix, numbered steps with where to run them ([host], [container], [any])"),
-            RUNBOOK,
-        ],
-    },
-    Record {
-        event: "diagnosis",
-        level: "INFO",
-        message: "finding from the host's state",
-        fields: &[
-            f("trigger", "evidence: the host's facts alone"),
-            f("rule", "rule id"),
-            f("severity", "critical, warning, info"),
-            j("basis", "static: the host's state alone"),
-            f("title", "what is wrong"),
-            RUNBOOK,
-        ],
-    },
-    Record {
-        event: "repeated",
-        level: "WARN",
-        message: "failure repeated",
-        fields: &[
-            f("pid", "the process (0 for the sum of failures beyond the 4096 summed one by one)"),
-            f("call", "the call and its node (`UVM_REGISTER_GPU on /dev/nvidia-uvm`, `open /dev/nvidia-uvm`), or the kernel function"),
-            f("result", "the result label it failed with"),
-            f("times", "how often it came again since it was printed or last summed up"),
-            f("over_seconds", "over how long"),
-        ],
-    },
-    Record {
-        event: "started",
-        level: "INFO",
-        message: "uvmwatch agent running",
-        fields: &[
-            f("listen", "address of /metrics and /healthz, or none"),
-            f("probes_attached", "probes attached"),
-            f("probes_total", "probes in the registry"),
-            f("libcuda_targets", "libcuda files with cuInit probes"),
-            f("cuinit_stall_seconds", "--cuinit-stall"),
-            f("ioctl_stall_seconds", "--ioctl-stall"),
-            f(
-                "backend",
-                "how opens and ioctls are hooked: fentry or tracepoint (docs/probes.md#backends)",
-            ),
-            f(
-                "backend_reason",
-                "why: the kernel allows trampolines, the kernel's refusal of fentry, or the flag",
-            ),
-        ],
-    },
-    Record {
-        event: "stopped",
-        level: "INFO",
-        message: "probes detached, agent stopped",
-        fields: &[f("signal", "what stopped it: SIGTERM, SIGINT, duration")],
-    },
-    Record {
-        event: "libcuda_attached",
-        level: "INFO",
-        message: "cuInit probes attached",
-        fields: &[
-            f("path", "the library as its process sees it"),
-            j("host_path", "the path the probes were attached through"),
-            j("source", "how it was found"),
-        ],
-    },
-    Record {
-        event: "libcuda_attach_failed",
-        level: "WARN",
-        message: "could not probe cuInit in this library",
-        fields: &[PATH, ERROR],
-    },
-    Record {
-        event: "libcuda_not_found",
-        level: "ERROR",
-        message: "--libcuda path unusable",
-        fields: &[ERROR],
-    },
-    Record {
-        event: "libcuda_not_found",
-        level: "WARN",
-        message: "no libcuda.so found on the host or in any running process; cuInit probes attach as soon as a process loads one (or pass --libcuda PATH)",
-        fields: &[],
-    },
-    Record {
-        event: "libcuda_open",
-        level: "DEBUG",
-        message: "library opened but not resolvable",
-        fields: &[PID, PATH, ERROR],
-    },
-    Record {
-        event: "fds_learned",
-        level: "INFO",
-        message: "NVIDIA fds opened before the agent started are identified",
-        fields: &[f("count", "fds learned from /proc/<pid>/fd")],
-    },
-    Record {
-        event: "in_flight_at_start",
-        level: "WARN",
-        message: "a thread was already inside a driver call when the agent started; its age counts from now",
-        fields: &[PID, TID, IOCTL, NODE_PATH],
-    },
-    Record {
-        event: "module_loaded",
-        level: "INFO",
-        message: "kprobes on the module's functions attached",
-        fields: &[f("module", "nvidia_uvm")],
-    },
-    Record {
-        event: "module_unloaded",
-        level: "INFO",
-        message: "kprobes on the module's functions detached",
-        fields: &[f("module", "nvidia_uvm")],
-    },
-    Record {
-        event: "driver_layout",
-        level: "INFO",
-        message: "ioctl statuses read with the layouts of this driver release",
-        fields: &DRIVER_LAYOUT,
-    },
-    Record {
-        event: "driver_layout",
-        level: "WARN",
-        message: "driver version not in the layout table: statuses read with the layouts of the nearest known release",
-        fields: &DRIVER_LAYOUT,
-    },
-    Record {
-        event: "feature_off",
-        level: "WARN",
-        message: "a feature is off: what it gives is not seen",
-        fields: &[
-            f("feature", "the feature (the `feature` label of `uvmwatch_feature_enabled`)"),
-            f("lost", "what the agent does not see while it is off"),
-            f("reason", "why: the probe the kernel refused, or the capability not held"),
-        ],
-    },
-    Record {
-        event: "evidence_changed",
-        level: "DEBUG",
-        message: "diagnosis facts changed",
-        fields: &[],
-    },
-    Record {
-        event: "sweep",
-        level: "DEBUG",
-        message: "stale process entries removed",
-        fields: &[f("removed", "entries removed")],
-    },
+    CUINIT_START,
+    CUINIT_RETURNED,
+    CUINIT_FAILED,
+    IOCTL_FAILED,
+    IOCTL_SLOW,
+    IOCTL_IN_CUINIT,
+    DEVICE_OPEN_FAILED,
+    DEVICE_OPENED,
+    KERNEL_FUNCTION_FAILED,
+    DIED_IN_CALL,
+    CONTEXT_CALL_FAILED,
+    CONTEXT_CALL_RETURNED,
+    DEVICE_COUNT_LOW,
+    STALL,
+    STALL_END_CUINIT,
+    STALL_END_IOCTL,
+    STALL_END_THREAD_EXITED,
+    STALL_END_NOT_IN_FLIGHT,
+    FORK,
+    EXEC,
+    PROCESS_EXIT,
+    DIAGNOSIS_OBSERVED,
+    DIAGNOSIS_HOST,
+    REPEATED,
+    STARTED,
+    STOPPED,
+    LIBCUDA_ATTACHED,
+    LIBCUDA_ATTACH_FAILED,
+    LIBCUDA_FLAG_UNUSABLE,
+    LIBCUDA_NOT_FOUND,
+    LIBCUDA_UNRESOLVED,
+    FDS_LEARNED,
+    IN_FLIGHT_AT_START,
+    MODULE_LOADED,
+    MODULE_UNLOADED,
+    DRIVER_LAYOUT_EXACT,
+    DRIVER_LAYOUT_NEAREST,
+    FEATURE_OFF,
+    EVIDENCE_CHANGED,
+    SWEEP,
+    OTLP_STARTED,
+    OTLP_DROPPED,
+    OTLP_EXPORT_RECOVERED,
+    OTLP_EXPORT_RETRYING,
+    OTLP_EXPORT_DROPPED,
+    OTLP_EXPORTER_FAILED,
+    OTLP_SHUTDOWN,
+    CAPTURE_WRITTEN,
+    CAPTURE_WRITE_FAILED,
 ];
+
+/// Whether `names` are the names of `record`'s fields, in its order: the compile-time check
+/// of [`write_record!`](crate::write_record).
+pub const fn fields_are(record: &Record, names: &[&str]) -> bool {
+    if record.fields.len() != names.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < names.len() {
+        let (a, b) = (record.fields[i].name.as_bytes(), names[i].as_bytes());
+        if a.len() != b.len() {
+            return false;
+        }
+        let mut j = 0;
+        while j < a.len() {
+            if a[j] != b[j] {
+                return false;
+            }
+            j += 1;
+        }
+        i += 1;
+    }
+    true
+}
 
 /// The schema record of a written record (by its `event` and message).
 pub fn find(event: &str, message: &str) -> Option<&'static Record> {
@@ -604,13 +808,15 @@ pub fn reference_markdown() -> String {
          (later records name its rule and runbook). Both formats sum up a failure outside \
          `cuInit` that repeats (same process, call and result) instead of writing it again \
          (`repeated`, per `--log-repeat-window`).\n\n\
-         Records other than these (from the loader, the exporters, at `debug` level) have no \
-         `event` field and no stable schema.\n",
+         Records other than these (from the loader, at `debug` level) have no `event` field \
+         and no stable schema.\n",
     );
     for r in RECORDS {
         s.push_str(&format!(
             "\n## `{}` ({}): {}\n\n",
-            r.event, r.level, r.message
+            r.event,
+            r.level.as_str(),
+            r.message
         ));
         if r.fields.is_empty() {
             s.push_str("No fields besides the common ones.\n");
@@ -670,7 +876,7 @@ mod tests {
                 parts.next().unwrap(),
             );
             let r = find(event, message).unwrap_or_else(|| panic!("{key} not in the schema"));
-            assert_eq!(r.level, level, "{key}");
+            assert_eq!(r.level.as_str(), level, "{key}");
             let mut want: BTreeSet<String> = r.fields.iter().map(|f| f.name.to_string()).collect();
             for common in ["event", "level", "message", "target"] {
                 want.insert(common.into());

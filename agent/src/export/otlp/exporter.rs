@@ -177,11 +177,9 @@ impl Exporter {
             attrs.push(kv_str("k8s.node.name", n));
         }
         let now = Instant::now();
-        tracing::info!(
-            target: crate::export::log::TARGET,
-            event = "otlp_started",
+        crate::write_record!(
+            crate::export::log::schema::OTLP_STARTED,
             endpoint = %format!("http://{}{}", endpoint.authority, endpoint.path),
-            "exporting spans over OTLP/HTTP"
         );
         Ok(Exporter {
             http: HttpClient {
@@ -332,14 +330,12 @@ impl Exporter {
         let ev = self.stats.events_dropped.load(Ordering::Relaxed);
         let sp = self.stats.spans_dropped.load(Ordering::Relaxed);
         if ev != self.logged_events_dropped || sp != self.logged_spans_dropped {
-            tracing::warn!(
-                target: crate::export::log::TARGET,
-                event = "otlp_dropped",
+            crate::write_record!(
+                crate::export::log::schema::OTLP_DROPPED,
                 events_dropped_total = ev,
                 spans_dropped_total = sp,
                 events_dropped = ev - self.logged_events_dropped,
                 spans_dropped = sp - self.logged_spans_dropped,
-                "OTLP exporter dropped data (queue full or endpoint failing)"
             );
             self.logged_events_dropped = ev;
             self.logged_spans_dropped = sp;
@@ -418,11 +414,9 @@ impl Exporter {
                         .fetch_add(rejected, Ordering::Relaxed);
                 }
                 if let Some(why) = self.failing.take() {
-                    tracing::info!(
-                        target: crate::export::log::TARGET,
-                        event = "otlp_export_recovered",
+                    crate::write_record!(
+                        crate::export::log::schema::OTLP_EXPORT_RECOVERED,
                         previous_error = %why,
-                        "OTLP export works again"
                     );
                 }
             }
@@ -433,12 +427,10 @@ impl Exporter {
                     .min(MAX_BACKOFF);
                 let delay = after.unwrap_or(backoff);
                 if self.failing.is_none() {
-                    tracing::warn!(
-                        target: crate::export::log::TARGET,
-                        event = "otlp_export_failed",
+                    crate::write_record!(
+                        crate::export::log::schema::OTLP_EXPORT_RETRYING,
                         error = %why,
                         retry_in_seconds = delay.as_secs_f64(),
-                        "OTLP export failed; retrying"
                     );
                     self.failing = Some(why);
                 }
@@ -447,11 +439,10 @@ impl Exporter {
             Sent::Retry { why, .. } | Sent::Fatal { why } => {
                 self.stats.export_failures.fetch_add(1, Ordering::Relaxed);
                 self.stats.spans_dropped.fetch_add(n, Ordering::Relaxed);
-                tracing::warn!(
-                    event = "otlp_export_failed",
+                crate::write_record!(
+                    crate::export::log::schema::OTLP_EXPORT_DROPPED,
                     error = %why,
                     spans = n,
-                    "OTLP export failed; spans dropped"
                 );
                 self.failing = Some(why);
             }

@@ -223,11 +223,9 @@ impl OtlpListener {
             .spawn(move || {
                 match Exporter::new(cfg, endpoint, headers, st) {
                     Ok(mut e) => e.run(rx),
-                    Err(e) => tracing::error!(
-                        target: crate::export::log::TARGET,
-                        event = "otlp_exporter_failed",
+                    Err(e) => crate::write_record!(
+                        crate::export::log::schema::OTLP_EXPORTER_FAILED,
                         error = %format!("{e:#}"),
-                        "OTLP exporter could not start; no spans will be sent"
                     ),
                 }
                 let _ = done_tx.send(());
@@ -313,11 +311,9 @@ impl Drop for OtlpListener {
                     let _ = t.join();
                 }
             }
-            Err(RecvTimeoutError::Timeout) => tracing::warn!(
-                target: crate::export::log::TARGET,
-                event = "otlp_shutdown",
-                "OTLP exporter still sending at shutdown; abandoning what is left"
-            ),
+            Err(RecvTimeoutError::Timeout) => {
+                crate::write_record!(crate::export::log::schema::OTLP_SHUTDOWN,)
+            }
         }
     }
 }
