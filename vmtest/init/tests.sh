@@ -1,15 +1,19 @@
 # The in-VM tests of `cargo xtask vm-test` (busybox sh, sourced by /init after lib.sh).
 #
-# One function per test, run in the order of VMTEST_TESTS; later tests may rely on earlier
-# ones (the module loaded, the agent started). To add a check (e.g. a kprobe metric that
-# must move), add a function `test_<name>` and list it here; see lib.sh for the helpers.
+# One function per test, run in the order of VMTEST_TESTS. Each test sets up what it needs
+# (need_module, need_agent, probes_table below), so each runs alone with
+# `cargo xtask vm-test --only <name>`; in a whole run the later ones reuse the module and the
+# agent the earlier ones started. A test is named after the probe group it checks
+# (agent-ebpf/src/probes/<group>.rs: cuinit, ioctl, kernel_fn, ...) or the agent's part
+# (registry, backend, module_watch, agent). To add one, write `test_<name>` and list it here;
+# see lib.sh for the helpers, docs/probes.md#adding-a-probe for the whole recipe.
 
-VMTEST_TESTS="kernel_facts module_load module_symbols agent_probes agent_backend agent_start
-cuinit_ok cuinit_fail_register cuinit_hang_register hmm_faults kprobe_metrics
-rmmod_while_running agent_stop"
+VMTEST_TESTS="kernel_facts module_load kernel_fn_symbols registry_attach backend_choice
+agent_start cuinit_ok cuinit_fail_register cuinit_hang_register kernel_fn_hmm_faults
+kernel_fn_metrics module_watch_rmmod agent_stop"
 # Every test of VMTEST_TESTS runs once per backend (lib.sh's vmtest_main), except these.
 VMTEST_BACKENDS="fentry tracepoint"
-VMTEST_ONCE="kernel_facts module_symbols"
+VMTEST_ONCE="kernel_facts kernel_fn_symbols"
 # After every backend's pass.
 VMTEST_FINAL="overhead"
 
@@ -51,6 +55,37 @@ test_kernel_facts() {
 	fi
 }
 
+# need_module: the test modules loaded and their nodes made, as nvidia-modprobe would
+# (kept loaded for the tests after); a failure is the test's.
+need_module() {
+	[ -d /sys/module/nvidia ] || insmod "$MODDIR/nvidia.ko" || { bad "insmod nvidia.ko failed"; return 1; }
+	[ -d /sys/module/nvidia_uvm ] || load_uvm || { bad "insmod nvidia-uvm.ko failed"; return 1; }
+	[ -c /dev/nvidia-uvm ] || make_nodes || { bad "no nvidia-uvm in /proc/devices"; return 1; }
+}
+
+# need_agent: the module (need_module), then `uvmwatch run` on this pass's backend, started
+# unless it runs already.
+need_agent() {
+	need_module || return 1
+	agent_alive && return 0
+	agent_start && return 0
+	bad "agent did not log \"started\" within 120 s"
+	sed 's/^/agent.log| /' "$AGENT_LOG" | tail -n 30
+	return 1
+}
+
+# probes_table: the file holding `uvmwatch probes --libcuda ...` of this pass's backend, made
+# on first use (with the module loaded: its kprobes are in the table); its stderr beside it.
+probes_table() {
+	_pt=/tmp/probes-table.${UVMWATCH_PROBE_BACKEND:-auto}
+	if [ ! -f "$_pt" ]; then
+		uvmwatch probes --libcuda "$LIBCUDA" >"$_pt.tmp" 2>"$_pt.err"
+		echo $? >"$_pt.rc"
+		mv "$_pt.tmp" "$_pt"
+	fi
+	echo "$_pt"
+}
+
 # The test modules load; the nodes are made as nvidia-modprobe would.
 test_module_load() {
 	if [ -d /sys/module/nvidia_uvm ]; then
@@ -66,37 +101,40 @@ test_module_load() {
 	note "uvm major $(sed -n 's/^ *\([0-9]*\) nvidia-uvm$/\1/p' /proc/devices)"
 }
 
-# (a) The module's functions are in kallsyms under [nvidia_uvm], as the real driver's are.
-test_module_symbols() {
+# (a) The module's functions the kernel_fn kprobes need are in kallsyms under [nvidia_uvm],
+# as the real driver's are.
+test_kernel_fn_symbols() {
+	need_module || return
 	[ -s "$KALLSYMS" ] || kallsyms_refresh
-	grep "\[nvidia_uvm\]" "$KALLSYMS" >/tmp/module_symbols/all
+	grep "\[nvidia_uvm\]" "$KALLSYMS" >/tmp/kernel_fn_symbols/all
 	_missing=$(kallsyms_missing nvidia_uvm $MODULE_SYMBOLS)
 	[ -z "$_missing" ] && note "${_missing:-all $(echo $MODULE_SYMBOLS | wc -w) functions present}"
 	[ -z "$_missing" ] || bad "missing [nvidia_uvm] symbols:$_missing"
-	_clones=$(grep -E " [A-Za-z_0-9]+\.(cold|part|isra|constprop)[.0-9]*[[:space:]]" /tmp/module_symbols/all |
+	_clones=$(grep -E " [A-Za-z_0-9]+\.(cold|part|isra|constprop)[.0-9]*[[:space:]]" /tmp/kernel_fn_symbols/all |
 		awk '{print $3}' | tr '\n' ' ')
 	[ -n "$_clones" ] && note "compiler-split symbols: $_clones"
-	say "kallsyms sample: $(grep -E ' (uvm_api_register_gpu|devmem_alloc_pagemap)' /tmp/module_symbols/all | one_line)"
+	say "kallsyms sample: $(grep -E ' (uvm_api_register_gpu|devmem_alloc_pagemap)' /tmp/kernel_fn_symbols/all | one_line)"
 }
 
 # (b) `uvmwatch probes` loads and attaches for real; its table goes to the console log. It
 # prints a row for each attached (or required) probe, then lists the others under one line
 # per reason: "not attached: N of M probes, by reason", "  <state>: <reason>", then
 # "    <kinds>: fn, fn, ..." (a kprobe and its kretprobe as "kprobe+kretprobe:").
-test_agent_probes() {
-	uvmwatch probes --libcuda "$LIBCUDA" >/tmp/agent_probes/table 2>/tmp/agent_probes/err
-	_rc=$?
-	sed 's/^/probes| /' /tmp/agent_probes/table
-	sed 's/^/probes-stderr| /' /tmp/agent_probes/err | head -n 20
+test_registry_attach() {
+	need_module || return
+	_tab=$(probes_table)
+	_rc=$(cat "$_tab.rc")
+	sed 's/^/probes| /' "$_tab"
+	sed 's/^/probes-stderr| /' "$_tab.err" | head -n 20
 	[ "$_rc" = 0 ] || bad "uvmwatch probes exited $_rc"
-	_n=$(grep -c "  attached" /tmp/agent_probes/table)
-	_u=$(sed -n 's/^not attached: \([0-9]*\) of .*/\1/p' /tmp/agent_probes/table)
+	_n=$(grep -c "  attached" "$_tab")
+	_u=$(sed -n 's/^not attached: \([0-9]*\) of .*/\1/p' "$_tab")
 	note "$_n attached, ${_u:-0} not attached"
-	check "cuInit uprobe not attached" grep -q "^uprobe:cuInit .* attached" /tmp/agent_probes/table
+	check "cuInit uprobe not attached" grep -q "^uprobe:cuInit .* attached" "$_tab"
 	# Every kprobe and kretprobe of the registry attaches (a row each), except those on
 	# functions this module does not have, which must be listed, both probes, under a reason
 	# saying why.
-	_kp=$(grep -cE "^k(ret)?probe:[^ ]+ +k(ret)?probe +no +attached" /tmp/agent_probes/table)
+	_kp=$(grep -cE "^k(ret)?probe:[^ ]+ +k(ret)?probe +no +attached" "$_tab")
 	# One "<kinds>: <function>|<state>" line per function listed as not attached.
 	awk '/^not attached:/ { g = 1; next }
 		g && /^  [^ ]/ { r = substr($0, 3); next }
@@ -107,7 +145,7 @@ test_agent_probes() {
 				sub(/,$/, "", w)
 				print k " " w "|" r
 			}
-		}' /tmp/agent_probes/table >/tmp/agent_probes/off
+		}' "$_tab" >/tmp/registry_attach/off
 	while IFS='|' read -r _what _why; do
 		_kinds=${_what%% *}
 		_fn=${_what#* }
@@ -124,16 +162,16 @@ test_agent_probes() {
 			;;
 		*) bad "$_kinds $_fn: $_why" ;;
 		esac
-	done </tmp/agent_probes/off
+	done </tmp/registry_attach/off
 	for _fn in $KPROBE_ABSENT; do
-		grep -q "probe: $_fn|" /tmp/agent_probes/off || bad "$_fn: neither attached nor listed with a reason"
+		grep -q "probe: $_fn|" /tmp/registry_attach/off || bad "$_fn: neither attached nor listed with a reason"
 	done
 	if [ "$UVMWATCH_PROBE_BACKEND" = fentry ]; then
 		# The 6 core-kernel functions on fentry/fexit (12), the module ones on kprobes (14: 9
 		# functions, 2 of them absent from the test module).
-		_tr=$(grep -cE "^f(entry|exit):[^ ]+ +f(entry|exit) +no +attached" /tmp/agent_probes/table)
+		_tr=$(grep -cE "^f(entry|exit):[^ ]+ +f(entry|exit) +no +attached" "$_tab")
 		for _fn in $KERNEL_SYMBOLS; do
-			grep -qE "^fexit:$_fn +fexit +no +attached" /tmp/agent_probes/table || bad "fexit:$_fn not attached"
+			grep -qE "^fexit:$_fn +fexit +no +attached" "$_tab" || bad "fexit:$_fn not attached"
 		done
 		[ "$_kp" -ge 14 ] || bad "only $_kp kprobes attached (want 14)"
 		[ "$_tr" -ge 12 ] || bad "only $_tr kernel-function trampolines attached (want 12)"
@@ -146,9 +184,11 @@ test_agent_probes() {
 
 # The backend the agent chose is the one asked for, said by `uvmwatch probes` and exported;
 # on fentry the five trampolines are attached and the syscall tracepoints are not used.
-test_agent_backend() {
+test_backend_choice() {
+	need_module || return
+	_tab=$(probes_table)
 	_b=$UVMWATCH_PROBE_BACKEND
-	_line=$(grep "^syscall hooks: " /tmp/agent_probes/table)
+	_line=$(grep "^syscall hooks: " "$_tab")
 	note "$_line"
 	case "$_line" in
 	"syscall hooks: $_b backend"*) ;;
@@ -156,15 +196,15 @@ test_agent_backend() {
 	esac
 	if [ "$_b" = fentry ]; then
 		for _p in "fentry:__x64_sys_ioctl" "fexit:__x64_sys_ioctl" "fentry:chrdev_open" "fexit:chrdev_open" "fexit:do_filp_open"; do
-			grep -qE "^$_p +f(entry|exit) +yes +attached" /tmp/agent_probes/table || bad "$_p not attached"
+			grep -qE "^$_p +f(entry|exit) +yes +attached" "$_tab" || bad "$_p not attached"
 		done
-		grep -qE "^syscalls:" /tmp/agent_probes/table && bad "a syscall tracepoint is listed as attached"
-		grep -q "not used: the fentry backend is attached" /tmp/agent_probes/table ||
+		grep -qE "^syscalls:" "$_tab" && bad "a syscall tracepoint is listed as attached"
+		grep -q "not used: the fentry backend is attached" "$_tab" ||
 			bad "the tracepoints are not said to be unused"
 	else
-		grep -qE "^syscalls:sys_enter_ioctl +tracepoint +yes +attached" /tmp/agent_probes/table ||
+		grep -qE "^syscalls:sys_enter_ioctl +tracepoint +yes +attached" "$_tab" ||
 			bad "sys_enter_ioctl not attached"
-		grep -qE "^f(entry|exit):" /tmp/agent_probes/table && bad "an fentry probe is listed as attached"
+		grep -qE "^f(entry|exit):" "$_tab" && bad "an fentry probe is listed as attached"
 	fi
 }
 
@@ -188,6 +228,8 @@ test_overhead() {
 }
 
 test_agent_start() {
+	need_module || return
+	agent_stop >/dev/null 2>&1
 	if ! agent_start; then
 		bad "agent did not log \"started\" within 120 s"
 		sed 's/^/agent.log| /' "$AGENT_LOG" | tail -n 30
@@ -197,12 +239,6 @@ test_agent_start() {
 	note "probes_attached=$(json_field "$_l" probes_attached)/$(json_field "$_l" probes_total) libcuda_targets=$(json_field "$_l" libcuda_targets)"
 	_m=$(http_get /metrics)
 	echo "$_m" | grep -q '^uvmwatch_probe_attached' || bad "/metrics has no uvmwatch_probe_attached"
-}
-
-need_agent() {
-	agent_alive && return 0
-	skip "agent not running"
-	return 1
 }
 
 # (c) mode ok: cuInit succeeds and the agent logs cuinit_end CUDA_SUCCESS.
@@ -327,35 +363,42 @@ hang_release() {
 }
 
 # The HMM paths of the module call the kernel's hmm_range_fault and migrate_vma_*.
-test_hmm_faults() {
-	[ -c /dev/nvidia-uvm ] || { skip "no /dev/nvidia-uvm"; return; }
+test_kernel_fn_hmm_faults() {
+	need_module || return
 	uvm_mode ok
-	uvm-hmm-test --pages 256 >/tmp/hmm_faults/out 2>&1
+	uvm-hmm-test --pages 256 >/tmp/kernel_fn_hmm_faults/out 2>&1
 	_rc=$?
-	sed 's/^/uvm-hmm-test| /' /tmp/hmm_faults/out
-	if grep -q "^fault_read .*rm_status=0x56" /tmp/hmm_faults/out; then
+	sed 's/^/uvm-hmm-test| /' /tmp/kernel_fn_hmm_faults/out
+	if grep -q "^fault_read .*rm_status=0x56" /tmp/kernel_fn_hmm_faults/out; then
 		skip "kernel without CONFIG_HMM_MIRROR"
 		return
 	fi
 	[ "$_rc" = 0 ] || bad "uvm-hmm-test exited $_rc"
 	check "register did not reserve nvidia-uvm-hmm in /proc/iomem" \
-		grep -q "^register ret=0 rm_status=0x0 iomem_hmm=1" /tmp/hmm_faults/out
+		grep -q "^register ret=0 rm_status=0x0 iomem_hmm=1" /tmp/kernel_fn_hmm_faults/out
 	check "hmm_range_fault (read) did not make 256 pages present" \
-		grep -q "^fault_read ret=0 rm_status=0x0 pages=256 " /tmp/hmm_faults/out
+		grep -q "^fault_read ret=0 rm_status=0x0 pages=256 " /tmp/kernel_fn_hmm_faults/out
 	check "hmm_range_fault (write, UVM GPU1 BH kthread) did not make 256 pages present" \
-		grep -q "^fault_write_bh ret=0 rm_status=0x0 pages=256 " /tmp/hmm_faults/out
+		grep -q "^fault_write_bh ret=0 rm_status=0x0 pages=256 " /tmp/kernel_fn_hmm_faults/out
 	check "hmm_range_fault (non-replayable batch) did not find 256 pages present" \
-		grep -q "^fault_read_nr ret=0 rm_status=0x0 pages=256 " /tmp/hmm_faults/out
-	check "UVM_MIGRATE failed" grep -q "^migrate ret=0 rm_status=0x0" /tmp/hmm_faults/out
+		grep -q "^fault_read_nr ret=0 rm_status=0x0 pages=256 " /tmp/kernel_fn_hmm_faults/out
+	check "UVM_MIGRATE failed" grep -q "^migrate ret=0 rm_status=0x0" /tmp/kernel_fn_hmm_faults/out
 	grep -q "nvidia-uvm-hmm" /proc/iomem && bad "nvidia-uvm-hmm still reserved after exit"
 	note "$(cat $UVM_PARAMS/stats | tr ' ' '\n' | grep -E '^(fault|migrate)' | tr '\n' ' ')"
 }
 
-# (d) rmmod nvidia_uvm while the agent runs: the agent keeps running; the stale node then
-# fails to open (ENXIO, seen by the agent); after reloading, cuInit works and is seen again.
-# Kernel-side aggregates move when the module is exercised (after the tests above).
-test_kprobe_metrics() {
+# The kernel_fn aggregates move when the module is exercised: this test exercises it itself
+# (a cuInit that works, one whose UVM_REGISTER_GPU fails with -34, the HMM fault paths).
+test_kernel_fn_metrics() {
 	need_agent || return
+	uvm_mode ok
+	run_workload /tmp/kernel_fn_metrics/ok
+	wait "$WL_PID"
+	uvm_mode fail_register
+	run_workload /tmp/kernel_fn_metrics/fail
+	wait "$WL_PID"
+	uvm_mode ok
+	uvm-hmm-test --pages 16 >/tmp/kernel_fn_metrics/hmm 2>&1 || bad "uvm-hmm-test exited $?"
 	_moved=""
 	for _fn in uvm_api_register_gpu uvm_va_space_register_gpu uvm_gpu_retain_by_uuid \
 		request_free_mem_region hmm_range_fault migrate_vma_setup migrate_vma_pages \
@@ -374,16 +417,18 @@ test_kprobe_metrics() {
 	note "counts:$_moved"
 }
 
-test_rmmod_while_running() {
+# (d) rmmod nvidia_uvm while the agent runs: the agent keeps running; the stale node then
+# fails to open (ENXIO, seen by the agent); after reloading, cuInit works and is seen again.
+test_module_watch_rmmod() {
 	need_agent || return
 	check "rmmod nvidia_uvm failed" rmmod nvidia_uvm || return
 	wait_for 10 log_has '"event":"module_unloaded"' ||
 		bad "the agent did not notice nvidia_uvm being unloaded"
 	sleep 2
 	agent_alive || { bad "agent died after rmmod"; return; }
-	run_workload /tmp/rmmod_while_running/out
+	run_workload /tmp/module_watch_rmmod/out
 	wait "$WL_PID"
-	_r=$(workload_result /tmp/rmmod_while_running/out)
+	_r=$(workload_result /tmp/module_watch_rmmod/out)
 	_k=$(pid_key "$WL_PID")
 	[ "$_r" != 0 ] || bad "cuInit succeeded with the module unloaded"
 	wait_for 20 log_has '"event":"device_open_failed"' "$_k" '"path":"/dev/nvidia-uvm"' ||
@@ -393,9 +438,9 @@ test_rmmod_while_running() {
 	check "reload failed" load_uvm || return
 	wait_for 10 log_has '"event":"module_loaded"' ||
 		bad "the agent did not notice nvidia_uvm being loaded again"
-	run_workload /tmp/rmmod_while_running/out2
+	run_workload /tmp/module_watch_rmmod/out2
 	wait "$WL_PID"
-	_r=$(workload_result /tmp/rmmod_while_running/out2)
+	_r=$(workload_result /tmp/module_watch_rmmod/out2)
 	[ "$_r" = 0 ] || bad "cuInit=$_r after reload"
 	wait_for 20 log_has '"event":"cuinit_end"' "$(pid_key "$WL_PID")" '"result":"CUDA_SUCCESS"' ||
 		bad "agent did not see cuInit after reload"
