@@ -8,8 +8,8 @@
 //! * [`probes`]: the programs, one file per hook group, each on both backends where it has
 //!   two (the syscall tracepoints, or fentry/fexit on the kernel functions): `open` (device
 //!   opens, libcuda loads), `ioctl` (driver calls), `cuinit` (the `cuInit` uprobes), `ctx`
-//!   (the context and device-count uprobes), `sched` (fork, exec, exit), `kfunc` (the
-//!   kprobe/kretprobe and fentry/fexit pairs, one per row of `uvmwatch_common::kfuncs!`),
+//!   (the context and device-count uprobes), `sched` (fork, exec, exit), `kernel_fn` (the
+//!   kprobe/kretprobe and fentry/fexit pairs, one per row of `uvmwatch_common::kernel_fns!`),
 //!   `floor` (the overhead benchmark's floor reference, which the agent itself never loads);
 //! * [`maps`]: every map, with what it holds;
 //! * [`helpers`]: what the programs share: ids, counters, record headers and sending, the

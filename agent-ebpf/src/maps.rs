@@ -6,9 +6,10 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use uvmwatch_common::{
-    counter, ctxcall, kfunc, CmdInfo, CmdKey, Config, CtxKey, CtxResultKey, DevFile, DevFileKey,
-    InflightCtx, InflightCuinit, InflightIoctl, IoctlKey, KfKey, KfResultKey, LatencyHist,
-    OpenEvent, OpenKey, ProcState, RateWindow,
+    context_call, counter, kernel_fn, CmdInfo, CmdKey, Config, ContextCallKey,
+    ContextCallResultKey, DevFile, DevFileKey, InflightContextCall, InflightCuinit, InflightIoctl,
+    IoctlKey, KernelFnKey, KernelFnResultKey, LatencyHist, OpenEvent, OpenKey, ProcState,
+    RateWindow,
 };
 
 /// `BPF_F_NO_PREALLOC`: per-CPU hashes grow with use instead of reserving
@@ -97,14 +98,15 @@ pub static PENDING_OPEN: LruHashMap<u32, PendingOpen> = LruHashMap::with_max_ent
 /// CUDA context and device calls between entry and return, per (thread, slot): the
 /// `cuCtxCreate` versions share a slot, so only the outermost of nested ones counts.
 #[map]
-pub static INFLIGHT_CTX: LruHashMap<CtxKey, InflightCtx> = LruHashMap::with_max_entries(8192, 0);
+pub static INFLIGHT_CTX: LruHashMap<ContextCallKey, InflightContextCall> =
+    LruHashMap::with_max_entries(8192, 0);
 /// The last `cuDeviceGetCount` result sent to user space, per process (tgid): a count sent
 /// once is not sent again for that process. Cleared on exec and on the process's exit.
 #[map]
 pub static DEVCOUNT_SENT: LruHashMap<u32, i32> = LruHashMap::with_max_entries(8192, 0);
 /// Entry times of probed kernel functions in progress, per (thread, function).
 #[map]
-pub static KF_START: LruHashMap<KfKey, u64> = LruHashMap::with_max_entries(16384, 0);
+pub static KF_START: LruHashMap<KernelFnKey, u64> = LruHashMap::with_max_entries(16384, 0);
 
 /// Value of [`PENDING_OPEN`].
 #[repr(C)]
@@ -162,20 +164,21 @@ pub static IOCTL_RESULTS: PerCpuHashMap<IoctlKey, u64> =
 /// Device open counters per (node, minor, errno).
 #[map]
 pub static OPENS: PerCpuHashMap<OpenKey, u64> = PerCpuHashMap::with_max_entries(1024, NO_PREALLOC);
-/// Kernel-function latency histograms, indexed by [`kfunc`] id.
+/// Kernel-function latency histograms, indexed by [`kernel_fn`] id.
 #[map]
-pub static KF_HIST: PerCpuArray<LatencyHist> = PerCpuArray::with_max_entries(kfunc::COUNT, 0);
+pub static KF_HIST: PerCpuArray<LatencyHist> = PerCpuArray::with_max_entries(kernel_fn::COUNT, 0);
 /// Kernel-function result counters per (function, result kind, code).
 #[map]
-pub static KF_RESULTS: PerCpuHashMap<KfResultKey, u64> =
+pub static KF_RESULTS: PerCpuHashMap<KernelFnResultKey, u64> =
     PerCpuHashMap::with_max_entries(1024, NO_PREALLOC);
 
-/// CUDA context and device call latency histograms, indexed by [`ctxcall`] id.
+/// CUDA context and device call latency histograms, indexed by [`context_call`] id.
 #[map]
-pub static CTX_HIST: PerCpuArray<LatencyHist> = PerCpuArray::with_max_entries(ctxcall::COUNT, 0);
+pub static CTX_HIST: PerCpuArray<LatencyHist> =
+    PerCpuArray::with_max_entries(context_call::COUNT, 0);
 /// CUDA context and device call result counters per (call, `CUresult`).
 #[map]
-pub static CTX_RESULTS: PerCpuHashMap<CtxResultKey, u64> =
+pub static CTX_RESULTS: PerCpuHashMap<ContextCallResultKey, u64> =
     PerCpuHashMap::with_max_entries(1024, NO_PREALLOC);
 
 // ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@
 //! * sizes are asserted in the tests at the bottom.
 //!
 //! Over 800 lines: every record and map value both sides read is here, one crate, so that a
-//! layout has one definition (kernel-function records are in [`kfunc`]); the size tests at
+//! layout has one definition (kernel-function records are in [`kernel_fn`]); the size tests at
 //! the bottom are a fifth of it.
 #![no_std]
 
@@ -777,27 +777,27 @@ pub const DIED_IN_IOCTL: u32 = 2;
 /// one ([`InflightCuinit::late`]): its thread may well have returned from it long before.
 pub const DIED_IN_LATE_CUINIT: u32 = 4;
 
-/// [`KfuncEvent`]: a kernel or driver function probed with a kprobe failed (or, for the
+/// [`KernelFnEvent`]: a kernel or driver function probed with a kprobe failed (or, for the
 /// HMM set-up allocators, failed inside a UVM ioctl).
-pub const EVENT_KFUNC: u32 = 9;
+pub const EVENT_KERNEL_FN: u32 = 9;
 
-pub mod kfunc;
+pub mod kernel_fn;
 
 /// Key of `KF_START`: one function in progress on one thread (calls nest: the register path
 /// is `uvm_api_register_gpu` > `uvm_va_space_register_gpu` > `uvm_gpu_retain_by_uuid`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub struct KfKey {
+pub struct KernelFnKey {
     pub tid: u32,
-    /// One of [`kfunc`].
+    /// One of [`kernel_fn`].
     pub func: u32,
 }
 
 /// Key of the per-CPU `KF_RESULTS` counters.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub struct KfResultKey {
-    /// One of [`kfunc`].
+pub struct KernelFnResultKey {
+    /// One of [`kernel_fn`].
     pub func: u32,
     /// One of [`result`]: `OK` (void or success without a code), `NV_STATUS`, `ERRNO`.
     pub kind: u8,
@@ -806,16 +806,16 @@ pub struct KfResultKey {
     pub code: u32,
 }
 
-/// A probed kernel/driver function failed (kind [`EVENT_KFUNC`]).
+/// A probed kernel/driver function failed (kind [`EVENT_KERNEL_FN`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct KfuncEvent {
+pub struct KernelFnEvent {
     pub header: EventHeader,
     /// Entry time (ns).
     pub start_ns: u64,
     /// Raw return value (register).
     pub ret: i64,
-    /// One of [`kfunc`].
+    /// One of [`kernel_fn`].
     pub func: u32,
     /// `NV_STATUS` or errno (positive).
     pub code: u32,
@@ -826,14 +826,14 @@ pub struct KfuncEvent {
     pub _pad: [u8; 6],
 }
 
-/// [`CtxEvent`]: a CUDA context or device call probed in libcuda returned (`cuCtxCreate*`,
-/// `cuDevicePrimaryCtxRetain`, `cuDeviceGetCount`; which ones are sent: [`ctxcall`]).
-pub const EVENT_CTX: u32 = 10;
+/// [`ContextCallEvent`]: a CUDA context or device call probed in libcuda returned (`cuCtxCreate*`,
+/// `cuDevicePrimaryCtxRetain`, `cuDeviceGetCount`; which ones are sent: [`context_call`]).
+pub const EVENT_CONTEXT_CALL: u32 = 10;
 
-/// The CUDA driver calls probed besides `cuInit`, by id: [`CtxEvent::call`], the index of
-/// `CTX_HIST` and the `call` of [`CtxResultKey`]. Each id has its own uprobe and uretprobe
+/// The CUDA driver calls probed besides `cuInit`, by id: [`ContextCallEvent::call`], the index of
+/// `CTX_HIST` and the `call` of [`ContextCallResultKey`]. Each id has its own uprobe and uretprobe
 /// programs (a uprobe cannot tell which symbol it was attached to).
-pub mod ctxcall {
+pub mod context_call {
     /// `cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)`: the ABI of CUDA
     /// before 3.2, still exported for old binaries.
     pub const CTX_CREATE: u32 = 0;
@@ -899,21 +899,21 @@ pub mod ctxcall {
 /// Key of `INFLIGHT_CTX`: a context or device call in progress on one thread.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub struct CtxKey {
+pub struct ContextCallKey {
     pub tid: u32,
-    /// [`ctxcall::slot`] of the call.
+    /// [`context_call::slot`] of the call.
     pub slot: u32,
 }
 
 /// Value of `INFLIGHT_CTX`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct InflightCtx {
+pub struct InflightContextCall {
     /// Entry time (ns, `CLOCK_MONOTONIC`).
     pub start_ns: u64,
     /// For `cuDeviceGetCount`: the `int *count` argument, read at return.
     pub out_ptr: u64,
-    /// One of [`ctxcall`].
+    /// One of [`context_call`].
     pub call: u32,
     /// The `CUdevice` argument (-1 when the call takes none).
     pub device: i32,
@@ -922,31 +922,31 @@ pub struct InflightCtx {
 /// Key of the per-CPU `CTX_RESULTS` counters.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub struct CtxResultKey {
-    /// One of [`ctxcall`].
+pub struct ContextCallResultKey {
+    /// One of [`context_call`].
     pub call: u32,
     /// The `CUresult` returned.
     pub code: u32,
 }
 
-/// [`CtxEvent::flags`] bit: the entry was seen (else the uprobe attached mid-call and
+/// [`ContextCallEvent::flags`] bit: the entry was seen (else the uprobe attached mid-call and
 /// `start_ns` is the return time).
 pub const CTX_ENTRY_SEEN: u32 = 1;
-/// [`CtxEvent::flags`] bit: `count` was read from the caller's `int *count`.
+/// [`ContextCallEvent::flags`] bit: `count` was read from the caller's `int *count`.
 pub const CTX_COUNT_READ: u32 = 2;
 
-/// A context or device call returned (kind [`EVENT_CTX`]). Every context creation is sent;
+/// A context or device call returned (kind [`EVENT_CONTEXT_CALL`]). Every context creation is sent;
 /// `cuDeviceGetCount` when it failed, or when its count differs from the last one sent for
 /// the process. Every call is counted in `CTX_HIST` and `CTX_RESULTS`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct CtxEvent {
+pub struct ContextCallEvent {
     pub header: EventHeader,
     /// Entry time (ns).
     pub start_ns: u64,
     /// `CUresult` returned.
     pub ret: i64,
-    /// One of [`ctxcall`].
+    /// One of [`context_call`].
     pub call: u32,
     /// The `CUdevice` argument, -1 when the call takes none.
     pub device: i32,
@@ -973,11 +973,11 @@ mod pod {
     unsafe impl aya::Pod for Config {}
     unsafe impl aya::Pod for DevFileKey {}
     unsafe impl aya::Pod for DevFile {}
-    unsafe impl aya::Pod for KfKey {}
-    unsafe impl aya::Pod for KfResultKey {}
-    unsafe impl aya::Pod for CtxKey {}
-    unsafe impl aya::Pod for InflightCtx {}
-    unsafe impl aya::Pod for CtxResultKey {}
+    unsafe impl aya::Pod for KernelFnKey {}
+    unsafe impl aya::Pod for KernelFnResultKey {}
+    unsafe impl aya::Pod for ContextCallKey {}
+    unsafe impl aya::Pod for InflightContextCall {}
+    unsafe impl aya::Pod for ContextCallResultKey {}
 }
 
 #[cfg(test)]
@@ -1121,14 +1121,17 @@ mod tests {
         assert_eq!(size_of::<DevFileKey>(), 16);
         assert_eq!(size_of::<DevFile>(), 8);
         assert_eq!(MAX_EVENT_SIZE, 200);
-        assert_eq!(size_of::<KfuncEvent>(), 72);
-        assert_eq!(size_of::<KfKey>(), 8);
-        assert_eq!(size_of::<KfResultKey>(), 12);
-        assert_eq!(size_of::<CtxEvent>(), 72);
-        assert_eq!(size_of::<CtxKey>(), 8);
-        assert_eq!(size_of::<InflightCtx>(), 24);
-        assert_eq!(size_of::<CtxResultKey>(), 8);
-        assert_eq!(ctxcall::name(ctxcall::DEVICE_GET_COUNT), "cuDeviceGetCount");
-        assert_eq!(ctxcall::name(99), "unknown");
+        assert_eq!(size_of::<KernelFnEvent>(), 72);
+        assert_eq!(size_of::<KernelFnKey>(), 8);
+        assert_eq!(size_of::<KernelFnResultKey>(), 12);
+        assert_eq!(size_of::<ContextCallEvent>(), 72);
+        assert_eq!(size_of::<ContextCallKey>(), 8);
+        assert_eq!(size_of::<InflightContextCall>(), 24);
+        assert_eq!(size_of::<ContextCallResultKey>(), 8);
+        assert_eq!(
+            context_call::name(context_call::DEVICE_GET_COUNT),
+            "cuDeviceGetCount"
+        );
+        assert_eq!(context_call::name(99), "unknown");
     }
 }

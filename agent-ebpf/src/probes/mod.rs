@@ -7,11 +7,11 @@
 //! on 6.18 (the `syscalls:*` records have the same layout on 6.1 and 6.12, where
 //! `cargo xtask vm-test` loads these programs; the `sched:*` differences are said there).
 
-pub mod ctx;
+pub mod context_call;
 pub mod cuinit;
 pub mod floor;
 pub mod ioctl;
-pub mod kfunc;
+pub mod kernel_fn;
 pub mod open;
 pub mod sched;
 

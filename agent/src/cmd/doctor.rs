@@ -69,13 +69,13 @@ pub fn doctor(a: DoctorArgs, g: &Global) -> anyhow::Result<ExitCode> {
         bundle, collect,
         observed::{self, ObservationsSource},
         report,
-        root::Recorder,
+        root::ReadLog,
         root::Root,
     };
     use std::io::IsTerminal;
     let json = a.json || a.format == ReportFormat::Json;
     let run = || -> anyhow::Result<(Vec<_>, _, _, _, Vec<String>)> {
-        let recorder = Recorder::new();
+        let recorder = ReadLog::new();
         let (_tmp, root) = match &a.root {
             Some(p) => bundle::open_bundle(p)?,
             None => (None, Root::live(g.host_root.as_deref())),

@@ -2,14 +2,14 @@
 
 use anyhow::{bail, Result};
 use uvmwatch_common::{
-    CtxEvent, CuinitEvent, EventHeader, IoctlEvent, KfuncEvent, OpenEvent, TaskEvent, EVENT_CTX,
-    EVENT_CUINIT_ENTER, EVENT_CUINIT_EXIT, EVENT_DIED_IN_CALL, EVENT_EXEC, EVENT_FORK, EVENT_IOCTL,
-    EVENT_KFUNC, EVENT_OPEN, EVENT_PROC_EXIT,
+    ContextCallEvent, CuinitEvent, EventHeader, IoctlEvent, KernelFnEvent, OpenEvent, TaskEvent,
+    EVENT_CONTEXT_CALL, EVENT_CUINIT_ENTER, EVENT_CUINIT_EXIT, EVENT_DIED_IN_CALL, EVENT_EXEC,
+    EVENT_FORK, EVENT_IOCTL, EVENT_KERNEL_FN, EVENT_OPEN, EVENT_PROC_EXIT,
 };
 
 /// One decoded record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Record {
+pub enum KernelRecord {
     /// A finished ioctl worth reporting.
     Ioctl(IoctlEvent),
     /// A device node or libcuda open.
@@ -27,9 +27,9 @@ pub enum Record {
     /// A tracked process exited.
     ProcExit(TaskEvent),
     /// A kprobed kernel/driver function failed.
-    Kfunc(KfuncEvent),
+    KernelFn(KernelFnEvent),
     /// A CUDA context or device call returned.
-    Ctx(CtxEvent),
+    ContextCall(ContextCallEvent),
 }
 
 fn read<T: Copy>(buf: &[u8]) -> Result<T> {
@@ -49,19 +49,19 @@ fn read<T: Copy>(buf: &[u8]) -> Result<T> {
 ///
 /// # Errors
 /// A record shorter than its kind's struct or of an unknown kind (an agent/eBPF mismatch).
-pub fn decode(buf: &[u8]) -> Result<Record> {
+pub fn decode(buf: &[u8]) -> Result<KernelRecord> {
     let h: EventHeader = read(buf)?;
     Ok(match h.kind {
-        EVENT_IOCTL => Record::Ioctl(read(buf)?),
-        EVENT_OPEN => Record::Open(read(buf)?),
-        EVENT_CUINIT_ENTER => Record::CuinitEnter(read(buf)?),
-        EVENT_CUINIT_EXIT => Record::CuinitExit(read(buf)?),
-        EVENT_DIED_IN_CALL => Record::DiedInCall(read(buf)?),
-        EVENT_FORK => Record::Fork(read(buf)?),
-        EVENT_EXEC => Record::Exec(read(buf)?),
-        EVENT_PROC_EXIT => Record::ProcExit(read(buf)?),
-        EVENT_KFUNC => Record::Kfunc(read(buf)?),
-        EVENT_CTX => Record::Ctx(read(buf)?),
+        EVENT_IOCTL => KernelRecord::Ioctl(read(buf)?),
+        EVENT_OPEN => KernelRecord::Open(read(buf)?),
+        EVENT_CUINIT_ENTER => KernelRecord::CuinitEnter(read(buf)?),
+        EVENT_CUINIT_EXIT => KernelRecord::CuinitExit(read(buf)?),
+        EVENT_DIED_IN_CALL => KernelRecord::DiedInCall(read(buf)?),
+        EVENT_FORK => KernelRecord::Fork(read(buf)?),
+        EVENT_EXEC => KernelRecord::Exec(read(buf)?),
+        EVENT_PROC_EXIT => KernelRecord::ProcExit(read(buf)?),
+        EVENT_KERNEL_FN => KernelRecord::KernelFn(read(buf)?),
+        EVENT_CONTEXT_CALL => KernelRecord::ContextCall(read(buf)?),
         k => bail!("unknown event kind {k}"),
     })
 }
@@ -91,37 +91,37 @@ mod tests {
         ev.header.tgid = 42;
         ev.cmd = 0x25;
         ev.status = 0x51;
-        assert_eq!(decode(&bytes(&ev)).unwrap(), Record::Ioctl(ev));
+        assert_eq!(decode(&bytes(&ev)).unwrap(), KernelRecord::Ioctl(ev));
 
         let mut o = OpenEvent::default();
         o.header.kind = EVENT_OPEN;
         o.path[..15].copy_from_slice(b"/dev/nvidia-uvm");
         o.ret = -2;
         match decode(&bytes(&o)).unwrap() {
-            Record::Open(d) => assert_eq!(cstr(&d.path), "/dev/nvidia-uvm"),
+            KernelRecord::Open(d) => assert_eq!(cstr(&d.path), "/dev/nvidia-uvm"),
             e => panic!("{e:?}"),
         }
 
         let mut c = CuinitEvent::default();
         c.header.kind = EVENT_CUINIT_EXIT;
         c.ret = 3;
-        assert_eq!(decode(&bytes(&c)).unwrap(), Record::CuinitExit(c));
+        assert_eq!(decode(&bytes(&c)).unwrap(), KernelRecord::CuinitExit(c));
 
         let mut t = TaskEvent::default();
         t.header.kind = EVENT_DIED_IN_CALL;
-        assert_eq!(decode(&bytes(&t)).unwrap(), Record::DiedInCall(t));
+        assert_eq!(decode(&bytes(&t)).unwrap(), KernelRecord::DiedInCall(t));
 
-        let x = CtxEvent {
+        let x = ContextCallEvent {
             header: EventHeader {
-                kind: EVENT_CTX,
+                kind: EVENT_CONTEXT_CALL,
                 ..EventHeader::default()
             },
             ret: 46,
-            call: uvmwatch_common::ctxcall::CTX_CREATE_V2,
+            call: uvmwatch_common::context_call::CTX_CREATE_V2,
             device: 0,
-            ..CtxEvent::default()
+            ..ContextCallEvent::default()
         };
-        assert_eq!(decode(&bytes(&x)).unwrap(), Record::Ctx(x));
+        assert_eq!(decode(&bytes(&x)).unwrap(), KernelRecord::ContextCall(x));
         assert!(decode(&bytes(&x)[..60]).is_err());
     }
 

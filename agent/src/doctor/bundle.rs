@@ -2,7 +2,7 @@
 //! snapshot ([`Root::Snapshot`]) so that `uvmwatch doctor --root FILE.tar.gz` diagnoses
 //! that machine again elsewhere. Layout and privacy notes: `docs/doctor-bundle.md`.
 //!
-//! [`write_bundle`] writes what a [`Recorder`] kept (only the files and parts of files the
+//! [`write_bundle`] writes what a [`ReadLog`] kept (only the files and parts of files the
 //! collectors read, never whole directories), plus `evidence.json` and `manifest.json`.
 //! [`open_bundle`] unpacks one into a private temporary directory, accepting only regular
 //! files and directories whose paths stay inside it.
@@ -24,7 +24,7 @@ use tempfile::TempDir;
 use super::facts::{Evidence, Observations};
 use super::input::{self, clip, quote, read_file_limited, OBSERVATIONS_LIMIT};
 use super::root::{
-    Manifest, Recorded, Recorder, Root, COMMANDS_DIR, EVIDENCE_FILE, MANIFEST_FILE, NODES_FILE,
+    Manifest, ReadLog, Recorded, Root, COMMANDS_DIR, EVIDENCE_FILE, MANIFEST_FILE, NODES_FILE,
     OBSERVATIONS_FILE, OBSERVATIONS_FORMAT, SNAPSHOT_FORMAT,
 };
 
@@ -64,7 +64,7 @@ const HOSTNAME_PATH: &str = "/proc/sys/kernel/hostname";
 ///
 /// Errors: `out`'s directory is not writable, or writing fails.
 pub fn write_bundle(
-    recorder: &Recorder,
+    recorder: &ReadLog,
     evidence: &Evidence,
     observations: Option<&Observations>,
     out: &Path,
@@ -120,7 +120,7 @@ pub fn write_bundle(
 ///
 /// Errors: creating or writing under `dir` fails.
 pub fn write_snapshot_dir(
-    recorder: &Recorder,
+    recorder: &ReadLog,
     evidence: &Evidence,
     observations: Option<&Observations>,
     dir: &Path,
@@ -582,7 +582,7 @@ mod tests {
 
     #[test]
     fn live_round_trip() {
-        let rec = Recorder::new();
+        let rec = ReadLog::new();
         let root = Root::live(None).recording(&rec);
         let live = collect(&root);
         let dir = tempfile::tempdir().unwrap();
@@ -686,7 +686,7 @@ mod tests {
         .unwrap();
         fs::remove_file(src.path().join("proc/iomem")).unwrap();
 
-        let rec = Recorder::new();
+        let rec = ReadLog::new();
         let original = collect(&Root::Snapshot(src.path().to_path_buf()).recording(&rec));
         assert_eq!(
             original.libcuda.get().unwrap()[0].version.as_deref(),
@@ -983,7 +983,7 @@ mod tests {
     ) -> (Vec<Finding>, Vec<Finding>, ObservationsSource) {
         let src = tempfile::tempdir().unwrap();
         write_snapshot_fixture(src.path(), spec).unwrap();
-        let rec = Recorder::new();
+        let rec = ReadLog::new();
         let evidence = collect(&Root::Snapshot(src.path().to_path_buf()).recording(&rec));
         let (judged, source) = ObservationsSource::choose(probed, None);
         let before = judge(&evidence, &judged);
@@ -1008,7 +1008,7 @@ mod tests {
         ] {
             let src = tempfile::tempdir().unwrap();
             write_snapshot_fixture(src.path(), &spec).unwrap();
-            let rec = Recorder::new();
+            let rec = ReadLog::new();
             let original = collect(&Root::Snapshot(src.path().to_path_buf()).recording(&rec));
             let out = tempfile::tempdir().unwrap();
             let bundle = out.path().join("b.tar.gz");

@@ -361,7 +361,8 @@ pub struct ContextCall {
 impl ContextCall {
     /// `cuDeviceGetCount` rather than a context creation.
     pub fn is_device_count(&self) -> bool {
-        self.call == uvmwatch_common::ctxcall::name(uvmwatch_common::ctxcall::DEVICE_GET_COUNT)
+        self.call
+            == uvmwatch_common::context_call::name(uvmwatch_common::context_call::DEVICE_GET_COUNT)
     }
 
     /// Failed: a `CUresult` other than `CUDA_SUCCESS`.

@@ -19,14 +19,14 @@ impl Kernel {
     /// Picks the backend the syscalls are hooked with: on `auto` or `fentry`, loads and
     /// attaches every fentry/fexit probe of the syscalls; if the kernel refuses one, detaches
     /// them all and (on `auto`) falls back to the tracepoints, keeping the kernel's reason.
-    /// On the fentry backend the core-kernel functions of `KFUNCS` get their trampolines too,
+    /// On the fentry backend the core-kernel functions of `KERNEL_FNS` get their trampolines too,
     /// each pair falling back to its kprobes alone when refused. The probes of the backend
     /// not used are put on standby, each saying why.
     pub(super) fn choose_backend(&mut self, choice: BackendChoice) {
         let fentry: Vec<usize> = (0..self.specs.len())
             .filter(|&i| {
                 matches!(self.specs[i].attach, Attach::Fentry { .. })
-                    && !probes::is_kfunc_trampoline(&self.specs[i])
+                    && !probes::is_kernel_fn_trampoline(&self.specs[i])
             })
             .collect();
         // The kernel's BTF as aya reads it (several MiB while held): parsed once, for every
@@ -82,7 +82,7 @@ impl Kernel {
             }
         }
         if let (true, Some(Ok(b))) = (attached, &kernel_btf) {
-            self.attach_kfunc_trampolines(b);
+            self.attach_kernel_fn_trampolines(b);
         }
         drop(kernel_btf);
         tracing::debug!(backend = backend.name(), why = %why, "syscall hooks");
@@ -106,11 +106,11 @@ impl Kernel {
         AyaBtf::from_sys_fs().map_err(|e| format!("reading {}: {e}", btf::VMLINUX_BTF))
     }
 
-    /// The fentry/fexit pair of each core-kernel function of `KFUNCS`, in place of its kprobe
+    /// The fentry/fexit pair of each core-kernel function of `KERNEL_FNS`, in place of its kprobe
     /// pair; a pair the kernel refuses (a function without BTF, a kernel before 5.17 for the
     /// fexit's `bpf_get_func_ret`) leaves that function to its kprobes.
-    fn attach_kfunc_trampolines(&mut self, btf: &AyaBtf) {
-        for k in probes::KFUNCS {
+    fn attach_kernel_fn_trampolines(&mut self, btf: &AyaBtf) {
+        for k in probes::KERNEL_FNS {
             let Some(pair) = k.trampolines else { continue };
             let specs = self.specs.clone();
             let find = |label: &str| specs.iter().position(|s| s.label == label);

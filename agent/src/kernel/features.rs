@@ -47,8 +47,8 @@ pub fn assess(
         })
     };
     let uprobes = |s: &ProbeSpec| matches!(s.attach, Attach::Uprobe { .. });
-    let kfunc_trampoline_attached = probes.iter().any(|(s, st)| {
-        crate::kernel::registry::is_kfunc_trampoline(s) && matches!(st, ProbeState::Attached(_))
+    let kernel_fn_trampoline_attached = probes.iter().any(|(s, st)| {
+        crate::kernel::registry::is_kernel_fn_trampoline(s) && matches!(st, ProbeState::Attached(_))
     });
     let required_off = probes
         .iter()
@@ -110,7 +110,7 @@ pub fn assess(
             "the HMM and fault-handling kernel functions (calls, results, the -34 HMM signal)",
             // Off only while no kernel-function probe can attach: without kprobes, the core
             // functions' trampolines of the fentry backend still give them.
-            (!kprobes && !kfunc_trampoline_attached).then(|| {
+            (!kprobes && !kernel_fn_trampoline_attached).then(|| {
                 "kprobes not supported by this kernel (no kprobe PMU: CONFIG_KPROBES off) and no fentry on the core kernel functions".into()
             }),
         ),

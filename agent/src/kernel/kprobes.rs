@@ -147,8 +147,8 @@ impl Kernel {
     }
 
     /// Whether the kretprobe of function `id` is attached now.
-    pub fn kfunc_attached(&self, id: u32) -> bool {
-        let name = registry::kfunc_name(id);
+    pub fn kernel_fn_attached(&self, id: u32) -> bool {
+        let name = registry::kernel_fn_name(id);
         self.specs.iter().enumerate().any(|(i, s)| match s.attach {
             Attach::Kprobe {
                 ret: true, symbol, ..

@@ -36,9 +36,9 @@ impl Kernel {
         Ok(m.get(&0, 0)?.iter().sum())
     }
 
-    /// Kernel-function latency histograms summed over CPUs, by `kfunc` id (all ids).
-    pub fn kfunc_hist(&self) -> Result<Vec<LatencyHist>> {
-        self.hists_by_id("KF_HIST", uvmwatch_common::kfunc::COUNT)
+    /// Kernel-function latency histograms summed over CPUs, by `kernel_fn` id (all ids).
+    pub fn kernel_fn_hist(&self) -> Result<Vec<LatencyHist>> {
+        self.hists_by_id("KF_HIST", uvmwatch_common::kernel_fn::COUNT)
     }
 
     /// The histograms of the per-CPU array `map` (indexed by id, `count` ids), each summed
@@ -52,18 +52,20 @@ impl Kernel {
     }
 
     /// Kernel-function result counters summed over CPUs.
-    pub fn kfunc_results(&self) -> Result<Vec<(uvmwatch_common::KfResultKey, u64)>> {
+    pub fn kernel_fn_results(&self) -> Result<Vec<(uvmwatch_common::KernelFnResultKey, u64)>> {
         sum_percpu(self.bpf.map("KF_RESULTS").context("map KF_RESULTS")?)
     }
 
     /// CUDA context and device call latency histograms summed over CPUs, by
-    /// `uvmwatch_common::ctxcall` id (all ids).
-    pub fn ctx_hist(&self) -> Result<Vec<LatencyHist>> {
-        self.hists_by_id("CTX_HIST", uvmwatch_common::ctxcall::COUNT)
+    /// `uvmwatch_common::context_call` id (all ids).
+    pub fn context_call_hist(&self) -> Result<Vec<LatencyHist>> {
+        self.hists_by_id("CTX_HIST", uvmwatch_common::context_call::COUNT)
     }
 
     /// CUDA context and device call result counters summed over CPUs.
-    pub fn ctx_results(&self) -> Result<Vec<(uvmwatch_common::CtxResultKey, u64)>> {
+    pub fn context_call_results(
+        &self,
+    ) -> Result<Vec<(uvmwatch_common::ContextCallResultKey, u64)>> {
         sum_percpu(self.bpf.map("CTX_RESULTS").context("map CTX_RESULTS")?)
     }
 

@@ -51,10 +51,10 @@ impl Attach {
 /// The kernel module whose functions the module kprobes target.
 pub const UVM_MODULE: &str = "nvidia_uvm";
 
-/// One probed kernel or driver function: a row of [`uvmwatch_common::kfuncs!`].
+/// One probed kernel or driver function: a row of [`uvmwatch_common::kernel_fns!`].
 #[derive(Clone, Copy, Debug)]
-pub struct Kfunc {
-    /// Its `uvmwatch_common::kfunc` id (also its index in [`KFUNCS`]).
+pub struct KernelFn {
+    /// Its `uvmwatch_common::kernel_fn` id (also its index in [`KERNEL_FNS`]).
     pub id: u32,
     /// Name in `/proc/kallsyms`.
     pub symbol: &'static str,
@@ -62,7 +62,7 @@ pub struct Kfunc {
     pub module: Option<&'static str>,
     /// The kernel source file, or the module and the driver versions that have it.
     pub lives_in: &'static str,
-    /// Counted only inside an ioctl on a UVM node (`kfunc::scope::UVM_IOCTL`).
+    /// Counted only inside an ioctl on a UVM node (`kernel_fn::scope::UVM_IOCTL`).
     pub uvm_ioctl_only: bool,
     /// The kprobe and the kretprobe.
     pub probes: [ProbeSpec; 2],
@@ -98,24 +98,24 @@ const fn kp(
     }
 }
 
-/// Whether a [`KFUNCS`] row's `module` is the core kernel's.
+/// Whether a [`KERNEL_FNS`] row's `module` is the core kernel's.
 const fn is_core(module: Option<&'static str>) -> bool {
     module.is_none()
 }
 
-/// [`KFUNCS`], from the rows of [`uvmwatch_common::kfuncs!`].
-macro_rules! kfunc_table {
+/// [`KERNEL_FNS`], from the rows of [`uvmwatch_common::kernel_fns!`].
+macro_rules! kernel_fn_table {
     ($(($id:ident = $n:literal, $sym:literal, $module:expr, $ret:ident, $scope:ident,
         $enter:ident, $exit:ident, $fentry:ident, $fexit:ident, $lives:literal, $purpose:literal)),* $(,)?) => {
         /// The kprobe part of the registry: every probed function, in id order.
-        pub const KFUNCS: &[Kfunc] = &[$(
-            Kfunc {
-                id: uvmwatch_common::kfunc::$id,
+        pub const KERNEL_FNS: &[KernelFn] = &[$(
+            KernelFn {
+                id: uvmwatch_common::kernel_fn::$id,
                 symbol: $sym,
                 module: $module,
                 lives_in: $lives,
-                uvm_ioctl_only: uvmwatch_common::kfunc::scope::$scope
-                    == uvmwatch_common::kfunc::scope::UVM_IOCTL,
+                uvm_ioctl_only: uvmwatch_common::kernel_fn::scope::$scope
+                    == uvmwatch_common::kernel_fn::scope::UVM_IOCTL,
                 probes: [
                     kp(concat!("kprobe:", $sym), stringify!($enter), $sym, Side::Entry, $module, $purpose),
                     kp(concat!("kretprobe:", $sym), stringify!($exit), $sym, Side::Exit, $module, $purpose),
@@ -133,31 +133,31 @@ macro_rules! kfunc_table {
     };
 }
 
-uvmwatch_common::kfuncs!(kfunc_table);
+uvmwatch_common::kernel_fns!(kernel_fn_table);
 
-/// Whether `spec` is the fentry or fexit of a function of [`KFUNCS`] (not one of the
+/// Whether `spec` is the fentry or fexit of a function of [`KERNEL_FNS`] (not one of the
 /// syscall trampolines).
-pub fn is_kfunc_trampoline(spec: &ProbeSpec) -> bool {
+pub fn is_kernel_fn_trampoline(spec: &ProbeSpec) -> bool {
     matches!(spec.attach, Attach::Fentry { function, .. }
-        if KFUNCS.iter().any(|k| k.symbol == function))
+        if KERNEL_FNS.iter().any(|k| k.symbol == function))
 }
 
 /// Name of a probed function by id (`unknown` when out of range).
-pub fn kfunc_name(id: u32) -> &'static str {
-    KFUNCS
+pub fn kernel_fn_name(id: u32) -> &'static str {
+    KERNEL_FNS
         .get(id as usize)
         .map(|k| k.symbol)
         .unwrap_or("unknown")
 }
 
-/// Every probe: [`REGISTRY`], the kprobe pairs of [`KFUNCS`], then the fentry/fexit pairs
+/// Every probe: [`REGISTRY`], the kprobe pairs of [`KERNEL_FNS`], then the fentry/fexit pairs
 /// of its core-kernel functions.
 pub fn all() -> Vec<ProbeSpec> {
     REGISTRY
         .iter()
         .copied()
-        .chain(KFUNCS.iter().flat_map(|k| k.probes))
-        .chain(KFUNCS.iter().filter_map(|k| k.trampolines).flatten())
+        .chain(KERNEL_FNS.iter().flat_map(|k| k.probes))
+        .chain(KERNEL_FNS.iter().filter_map(|k| k.trampolines).flatten())
         .collect()
 }
 
@@ -334,7 +334,7 @@ const fn fe(
     }
 }
 
-/// The tracepoints and uprobes, in attach order ([`all`] adds the kprobes of [`KFUNCS`]).
+/// The tracepoints and uprobes, in attach order ([`all`] adds the kprobes of [`KERNEL_FNS`]).
 pub const REGISTRY: &[ProbeSpec] = &[
     fe(
         "fentry:__x64_sys_ioctl",
@@ -796,7 +796,7 @@ const TABLE_BEGIN: &str = "<!-- probe table: generated from agent/src/kernel/reg
 const TABLE_END: &str = "<!-- end of the generated probe table -->";
 
 /// The probe table of `docs/probes.md` (Markdown), generated from [`REGISTRY`] and
-/// [`KFUNCS`] so it cannot drift, between its two marker lines.
+/// [`KERNEL_FNS`] so it cannot drift, between its two marker lines.
 pub fn reference_table() -> String {
     let mut s =
         format!("{TABLE_BEGIN}\n| probe | kind | required | what it gives |\n|---|---|---|---|\n");
@@ -810,7 +810,7 @@ pub fn reference_table() -> String {
             p.purpose
         ));
     }
-    for k in KFUNCS {
+    for k in KERNEL_FNS {
         let [enter, exit] = &k.probes;
         let place = match k.module {
             None => format!(
@@ -907,9 +907,9 @@ mod tests {
     }
 
     #[test]
-    fn kprobes_follow_the_kfunc_ids() {
-        assert_eq!(KFUNCS.len(), uvmwatch_common::kfunc::COUNT as usize);
-        for (i, k) in KFUNCS.iter().enumerate() {
+    fn kprobes_follow_the_kernel_fn_ids() {
+        assert_eq!(KERNEL_FNS.len(), uvmwatch_common::kernel_fn::COUNT as usize);
+        for (i, k) in KERNEL_FNS.iter().enumerate() {
             assert_eq!(k.id as usize, i, "{}", k.symbol);
             assert!(k.module.is_none() || k.module == Some(UVM_MODULE));
             for (p, want_ret) in k.probes.iter().zip([false, true]) {
@@ -933,15 +933,15 @@ mod tests {
             }
         }
         assert_eq!(
-            kfunc_name(uvmwatch_common::kfunc::REQUEST_FREE_MEM_REGION),
+            kernel_fn_name(uvmwatch_common::kernel_fn::REQUEST_FREE_MEM_REGION),
             "request_free_mem_region"
         );
         assert_eq!(
-            kfunc_name(uvmwatch_common::kfunc::GPU_SERVICE_NON_REPLAYABLE),
+            kernel_fn_name(uvmwatch_common::kernel_fn::GPU_SERVICE_NON_REPLAYABLE),
             "uvm_gpu_service_non_replayable_fault_buffer"
         );
-        assert_eq!(kfunc_name(99), "unknown");
-        let scoped: Vec<_> = KFUNCS
+        assert_eq!(kernel_fn_name(99), "unknown");
+        let scoped: Vec<_> = KERNEL_FNS
             .iter()
             .filter(|k| k.uvm_ioctl_only)
             .map(|k| k.symbol)
@@ -965,7 +965,7 @@ mod tests {
             .filter(|p| matches!(p.attach, Attach::Uprobe { .. }))
             .collect();
         assert_eq!(uprobes.len(), 14);
-        for sym in uvmwatch_common::ctxcall::SYMBOLS {
+        for sym in uvmwatch_common::context_call::SYMBOLS {
             let pair: Vec<(String, &str)> = uprobes
                 .iter()
                 .filter(|p| matches!(p.attach, Attach::Uprobe { symbol, .. } if symbol == sym))
@@ -1025,7 +1025,7 @@ mod tests {
             };
             assert_eq!(p.backend, want, "{}", p.label);
         }
-        let core: Vec<&str> = KFUNCS
+        let core: Vec<&str> = KERNEL_FNS
             .iter()
             .filter(|k| k.trampolines.is_some())
             .map(|k| k.symbol)
@@ -1041,7 +1041,7 @@ mod tests {
                 "migrate_vma_finalize"
             ]
         );
-        for k in KFUNCS {
+        for k in KERNEL_FNS {
             assert_eq!(k.trampolines.is_some(), k.module.is_none(), "{}", k.symbol);
             if let Some([fe, fx]) = k.trampolines {
                 assert_eq!(
@@ -1098,7 +1098,7 @@ mod tests {
             ),
             (spec("kprobe:hmm_range_fault"), ProbeState::Attached(1)),
         ];
-        for k in KFUNCS {
+        for k in KERNEL_FNS {
             for p in k.probes {
                 if p.label != "kprobe:hmm_range_fault" {
                     rows.push((p, no_kprobes.clone()));
@@ -1144,7 +1144,7 @@ mod tests {
         for l in &lines {
             assert!(l.len() <= 100 || !l.starts_with("    "), "too long: {l}");
         }
-        for k in KFUNCS.iter().filter(|k| k.symbol != "hmm_range_fault") {
+        for k in KERNEL_FNS.iter().filter(|k| k.symbol != "hmm_range_fault") {
             assert_eq!(
                 t.matches(&format!(" {},", k.symbol)).count()
                     + t.matches(&format!(" {}\n", k.symbol)).count(),
@@ -1167,7 +1167,10 @@ mod tests {
              `cargo run -p uvmwatch -- probes-doc --update docs/probes.md`"
         );
         let table = reference_table();
-        assert_eq!(table.lines().count(), 2 + 2 + REGISTRY.len() + KFUNCS.len());
+        assert_eq!(
+            table.lines().count(),
+            2 + 2 + REGISTRY.len() + KERNEL_FNS.len()
+        );
         assert!(table.contains(
             "| `kprobe:request_free_mem_region` + `kretprobe:request_free_mem_region` | \
              kprobe pair, core kernel (`kernel/resource.c`); `fentry:`/`fexit:request_free_mem_region` \

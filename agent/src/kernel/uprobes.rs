@@ -255,10 +255,10 @@ impl Kernel {
         self.targets.values().map(|t| t.path.clone()).collect()
     }
 
-    /// Whether the uretprobe of context or device call `id` (`uvmwatch_common::ctxcall`) is
+    /// Whether the uretprobe of context or device call `id` (`uvmwatch_common::context_call`) is
     /// attached to at least one libcuda now.
-    pub fn ctx_attached(&self, id: u32) -> bool {
-        let symbol = uvmwatch_common::ctxcall::name(id);
+    pub fn context_call_attached(&self, id: u32) -> bool {
+        let symbol = uvmwatch_common::context_call::name(id);
         self.specs.iter().enumerate().any(|(i, s)| {
             matches!(s.attach, Attach::Uprobe { ret: true, symbol: sy } if sy == symbol)
                 && matches!(self.states[i], ProbeState::Attached(_))

@@ -5,10 +5,11 @@
 use std::sync::Arc;
 
 use uvmwatch_common::{
-    ctxcall, node, result, CtxEvent, CuinitEvent, EventHeader, IoctlEvent, KfuncEvent, OpenEvent,
-    TaskEvent, CTX_COUNT_READ, CTX_ENTRY_SEEN, CUINIT_LATE, DIED_IN_CUINIT, DIED_IN_IOCTL,
-    DIED_IN_LATE_CUINIT, IOCTL_FAILED, IOCTL_IN_CUINIT, IOCTL_SLOW, LATE_END_RETURN,
-    OPEN_FD_UNKNOWN, OPEN_IN_CUINIT, OPEN_LIBCUDA, OPEN_LIBCUDA_UNPROBED, OPEN_NO_START,
+    context_call, node, result, ContextCallEvent, CuinitEvent, EventHeader, IoctlEvent,
+    KernelFnEvent, OpenEvent, TaskEvent, CTX_COUNT_READ, CTX_ENTRY_SEEN, CUINIT_LATE,
+    DIED_IN_CUINIT, DIED_IN_IOCTL, DIED_IN_LATE_CUINIT, IOCTL_FAILED, IOCTL_IN_CUINIT, IOCTL_SLOW,
+    LATE_END_RETURN, OPEN_FD_UNKNOWN, OPEN_IN_CUINIT, OPEN_LIBCUDA, OPEN_LIBCUDA_UNPROBED,
+    OPEN_NO_START,
 };
 
 use super::{
@@ -20,14 +21,14 @@ use crate::{
     clock,
     decode::{
         errno, nvidia,
-        record::{cstr, Record},
+        record::{cstr, KernelRecord},
     },
     event::{
         ContextCall, CuinitEnd, DiedInCall, Event, Inside, Ioctl, KernelSignal, Kind, LateCall,
         Open, Process, Seen, Stall, StallEnd, StallOutcome, ThreadSnapshot,
     },
     host::procfs,
-    kernel::registry::kfunc_name,
+    kernel::registry::kernel_fn_name,
 };
 
 /// A thread in flight for longer than this that `/proc` no longer shows is forgotten (it
@@ -36,27 +37,27 @@ const GONE_AFTER_NS: u64 = 1_000_000_000;
 
 impl<K: KernelSide> Observer<K> {
     /// Handles one decoded record.
-    pub(super) fn handle(&mut self, r: Record) {
+    pub(super) fn handle(&mut self, r: KernelRecord) {
         match r {
-            Record::CuinitEnter(e) => self.on_cuinit_enter(&e),
-            Record::CuinitExit(e) => self.on_cuinit_exit(&e),
-            Record::Ioctl(e) => self.on_ioctl(&e),
-            Record::Open(e) => self.on_open(&e),
-            Record::Kfunc(e) => self.on_kfunc(&e),
-            Record::Ctx(e) => self.on_ctx(&e),
-            Record::DiedInCall(e) => self.on_died(&e),
-            Record::Fork(e) => {
+            KernelRecord::CuinitEnter(e) => self.on_cuinit_enter(&e),
+            KernelRecord::CuinitExit(e) => self.on_cuinit_exit(&e),
+            KernelRecord::Ioctl(e) => self.on_ioctl(&e),
+            KernelRecord::Open(e) => self.on_open(&e),
+            KernelRecord::KernelFn(e) => self.on_kernel_fn(&e),
+            KernelRecord::ContextCall(e) => self.on_context_call(&e),
+            KernelRecord::DiedInCall(e) => self.on_died(&e),
+            KernelRecord::Fork(e) => {
                 let ev = self.bare(&e.header, Kind::Fork { child: e.aux });
                 self.dispatch(ev);
             }
-            Record::Exec(e) => {
+            KernelRecord::Exec(e) => {
                 // A new image: its CUDA state and the identity read before are gone.
                 self.calls.exec(e.header.tgid);
                 self.identities.forget(e.header.tgid);
                 let ev = self.bare(&e.header, Kind::Exec);
                 self.dispatch(ev);
             }
-            Record::ProcExit(e) => {
+            KernelRecord::ProcExit(e) => {
                 // A late cuInit still open ends with its process (its thread's exit record
                 // normally ended it first).
                 for (tid, start_ns, call) in self.calls.exit(e.header.tgid) {
@@ -345,7 +346,7 @@ impl<K: KernelSide> Observer<K> {
 
     /// A kprobed kernel or driver function failed: kept as a kernel-side signal of the
     /// thread's `cuInit` for the diagnosis rules.
-    fn on_kfunc(&mut self, e: &KfuncEvent) {
+    fn on_kernel_fn(&mut self, e: &KernelFnEvent) {
         let h = &e.header;
         let result = if e.kind == result::ERRNO {
             format!("-{} ({})", e.code, errno::label(e.code))
@@ -354,7 +355,7 @@ impl<K: KernelSide> Observer<K> {
         };
         let s = KernelSignal {
             start_ns: e.start_ns,
-            function: kfunc_name(e.func),
+            function: kernel_fn_name(e.func),
             result,
             in_uvm_ioctl: e.in_uvm_ioctl == 1,
         };
@@ -366,9 +367,9 @@ impl<K: KernelSide> Observer<K> {
     /// A context creation or `cuDeviceGetCount` returned: with what the process's `cuInit`
     /// and device count were, judged when it failed or when its count is below the GPUs
     /// the process has.
-    fn on_ctx(&mut self, e: &CtxEvent) {
+    fn on_context_call(&mut self, e: &ContextCallEvent) {
         let h = &e.header;
-        let count = (e.call == ctxcall::DEVICE_GET_COUNT && e.flags & CTX_COUNT_READ != 0)
+        let count = (e.call == context_call::DEVICE_GET_COUNT && e.flags & CTX_COUNT_READ != 0)
             .then_some(e.count);
         if let Some(n) = count {
             self.calls.device_count(h.tgid, n);
@@ -389,10 +390,10 @@ impl<K: KernelSide> Observer<K> {
         };
         let c = ContextCall {
             start_ns: e.start_ns,
-            call: ctxcall::name(e.call),
+            call: context_call::name(e.call),
             code: e.ret,
             result: nvidia::cu_result_name(e.ret),
-            device: (e.device >= 0 && ctxcall::creates_context(e.call)).then_some(e.device),
+            device: (e.device >= 0 && context_call::creates_context(e.call)).then_some(e.device),
             count,
             entry_seen: e.flags & CTX_ENTRY_SEEN != 0,
             cuinit_succeeded: self.calls.initialized(h.tgid),

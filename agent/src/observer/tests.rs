@@ -16,8 +16,8 @@ use std::{
 use anyhow::Result;
 use uvmwatch_common::{
     counter, node, result, CuinitEvent, EventHeader, InflightCuinit, InflightIoctl, IoctlEvent,
-    KfuncEvent, OpenEvent, TaskEvent, DIED_IN_CUINIT, DIED_IN_IOCTL, EVENT_CUINIT_ENTER,
-    EVENT_CUINIT_EXIT, EVENT_DIED_IN_CALL, EVENT_EXEC, EVENT_IOCTL, EVENT_KFUNC, EVENT_OPEN,
+    KernelFnEvent, OpenEvent, TaskEvent, DIED_IN_CUINIT, DIED_IN_IOCTL, EVENT_CUINIT_ENTER,
+    EVENT_CUINIT_EXIT, EVENT_DIED_IN_CALL, EVENT_EXEC, EVENT_IOCTL, EVENT_KERNEL_FN, EVENT_OPEN,
     IOCTL_FAILED, IOCTL_IN_CUINIT, OPEN_IN_CUINIT, OPEN_LIBCUDA,
 };
 use uvmwatch_common::{CUINIT_LATE, DIED_IN_LATE_CUINIT, LATE_END_RETURN, OPEN_NO_START};
@@ -25,7 +25,7 @@ use uvmwatch_common::{CUINIT_LATE, DIED_IN_LATE_CUINIT, LATE_END_RETURN, OPEN_NO
 use super::{diagnosis::FactsFrom, driver::DriverFrom, KernelSide, Observer, RunConfig};
 use crate::{
     clock,
-    decode::record::Record,
+    decode::record::KernelRecord,
     doctor::finding::Basis,
     event::{CallKind, Event, Kind, Listener, Seen, StallOutcome, Trigger},
     kernel::registry::{self, Attach, ProbeSpec, ProbeState},
@@ -204,8 +204,8 @@ fn header(kind: u32, tid: u32, ts_ns: u64) -> EventHeader {
     }
 }
 
-fn cuinit_enter(tid: u32, t: u64) -> Record {
-    Record::CuinitEnter(CuinitEvent {
+fn cuinit_enter(tid: u32, t: u64) -> KernelRecord {
+    KernelRecord::CuinitEnter(CuinitEvent {
         header: header(EVENT_CUINIT_ENTER, tid, t),
         start_ns: t,
         entry_seen: 1,
@@ -213,8 +213,8 @@ fn cuinit_enter(tid: u32, t: u64) -> Record {
     })
 }
 
-fn cuinit_exit(tid: u32, start: u64, end: u64, ret: i64) -> Record {
-    Record::CuinitExit(CuinitEvent {
+fn cuinit_exit(tid: u32, start: u64, end: u64, ret: i64) -> KernelRecord {
+    KernelRecord::CuinitExit(CuinitEvent {
         header: header(EVENT_CUINIT_EXIT, tid, end),
         start_ns: start,
         ret,
@@ -224,8 +224,8 @@ fn cuinit_exit(tid: u32, start: u64, end: u64, ret: i64) -> Record {
 }
 
 /// An ioctl on `/dev/nvidia-uvm` inside `cuInit`, with its `rmStatus`.
-fn uvm_ioctl(tid: u32, cmd: u32, start: u64, end: u64, status: u32) -> Record {
-    Record::Ioctl(IoctlEvent {
+fn uvm_ioctl(tid: u32, cmd: u32, start: u64, end: u64, status: u32) -> KernelRecord {
+    KernelRecord::Ioctl(IoctlEvent {
         header: header(EVENT_IOCTL, tid, end),
         start_ns: start,
         cmd,
@@ -237,7 +237,7 @@ fn uvm_ioctl(tid: u32, cmd: u32, start: u64, end: u64, status: u32) -> Record {
     })
 }
 
-fn open(tid: u32, path: &str, t: u64, ret: i64, flags: u32) -> Record {
+fn open(tid: u32, path: &str, t: u64, ret: i64, flags: u32) -> KernelRecord {
     let mut o = OpenEvent {
         header: header(EVENT_OPEN, tid, t + 1000),
         start_ns: t,
@@ -247,7 +247,7 @@ fn open(tid: u32, path: &str, t: u64, ret: i64, flags: u32) -> Record {
         ..OpenEvent::default()
     };
     o.path[..path.len()].copy_from_slice(path.as_bytes());
-    Record::Open(o)
+    KernelRecord::Open(o)
 }
 
 fn kinds(evs: &[Arc<Event>]) -> Vec<String> {
@@ -376,7 +376,7 @@ fn a_uvm_call_on_a_negative_fd_is_not_the_cuinits_failure() {
     o.handle(cuinit_enter(PID, t));
     o.handle(open(PID, "/dev/nvidia-uvm", t + MS, -2, OPEN_IN_CUINIT));
     o.handle(open(PID, "/dev/nvidia-uvm", t + 2 * MS, -2, OPEN_IN_CUINIT));
-    o.handle(Record::Ioctl(IoctlEvent {
+    o.handle(KernelRecord::Ioctl(IoctlEvent {
         header: header(EVENT_IOCTL, PID, t + 3 * MS),
         start_ns: t + 3 * MS - 1000,
         cmd: 0x3000_0002,
@@ -466,7 +466,7 @@ fn a_successful_cuinit_with_a_slow_first_gpu_open_is_judged_slow() {
             ..OpenEvent::default()
         };
         e.path[.."/dev/nvidia0".len()].copy_from_slice(b"/dev/nvidia0");
-        Record::Open(e)
+        KernelRecord::Open(e)
     };
     o.handle(cuinit_enter(PID, t));
     o.handle(gpu_open(PID, t + MS, t + MS + 1500 * MS));
@@ -610,7 +610,7 @@ fn a_thread_dying_in_a_stalled_call_ends_the_stall_and_counts_its_cuinit() {
     o.scan();
     o.kernel().cuinit.clear();
     rec.take();
-    o.handle(Record::DiedInCall(TaskEvent {
+    o.handle(KernelRecord::DiedInCall(TaskEvent {
         header: header(EVENT_DIED_IN_CALL, PID, now),
         what: DIED_IN_CUINIT | DIED_IN_IOCTL,
         aux: 0x25,
@@ -649,12 +649,16 @@ fn a_child_forked_after_its_parent_initialised_is_flagged() {
             ..CuinitEvent::default()
         }
     };
-    o.handle(Record::CuinitEnter(child(
+    o.handle(KernelRecord::CuinitEnter(child(
         EVENT_CUINIT_ENTER,
         t + 2 * MS,
         0,
     )));
-    o.handle(Record::CuinitExit(child(EVENT_CUINIT_EXIT, t + 3 * MS, 3)));
+    o.handle(KernelRecord::CuinitExit(child(
+        EVENT_CUINIT_EXIT,
+        t + 3 * MS,
+        3,
+    )));
     let evs = rec.take();
     let ends: Vec<_> = evs
         .iter()
@@ -667,16 +671,20 @@ fn a_child_forked_after_its_parent_initialised_is_flagged() {
     assert!(ends[1].call.forked_after_parent_init);
     assert!(ends[1].findings.iter().any(|f| f.rule == "fork_after_init"));
     // After the parent execs a new image, its children are no longer "forked after init".
-    o.handle(Record::Exec(TaskEvent {
+    o.handle(KernelRecord::Exec(TaskEvent {
         header: header(EVENT_EXEC, PID, t + 4 * MS),
         ..TaskEvent::default()
     }));
-    o.handle(Record::CuinitEnter(child(
+    o.handle(KernelRecord::CuinitEnter(child(
         EVENT_CUINIT_ENTER,
         t + 5 * MS,
         0,
     )));
-    o.handle(Record::CuinitExit(child(EVENT_CUINIT_EXIT, t + 6 * MS, 3)));
+    o.handle(KernelRecord::CuinitExit(child(
+        EVENT_CUINIT_EXIT,
+        t + 6 * MS,
+        3,
+    )));
     let last = rec
         .take()
         .into_iter()
@@ -695,15 +703,15 @@ fn a_kernel_signal_is_kept_with_the_threads_cuinit() {
     let (mut o, rec) = observer(root.path());
     let t = clock::monotonic_ns();
     o.handle(cuinit_enter(PID, t));
-    o.handle(Record::Kfunc(KfuncEvent {
-        header: header(EVENT_KFUNC, PID, t + MS),
+    o.handle(KernelRecord::KernelFn(KernelFnEvent {
+        header: header(EVENT_KERNEL_FN, PID, t + MS),
         start_ns: t,
         ret: -34,
-        func: uvmwatch_common::kfunc::REQUEST_FREE_MEM_REGION,
+        func: uvmwatch_common::kernel_fn::REQUEST_FREE_MEM_REGION,
         code: 34,
         kind: result::ERRNO,
         in_uvm_ioctl: 1,
-        ..KfuncEvent::default()
+        ..KernelFnEvent::default()
     }));
     o.handle(cuinit_exit(PID, t, t + 2 * MS, 3));
     let evs = rec.take();
@@ -757,8 +765,8 @@ fn a_libcuda_a_process_opens_gets_probed() {
 
 /// A `cuInit` whose libcuda was loaded before the probes were attached: the kernel starts it
 /// at the first driver call (`late`), its records are the call's.
-fn late_enter(tid: u32, t: u64) -> Record {
-    Record::CuinitEnter(CuinitEvent {
+fn late_enter(tid: u32, t: u64) -> KernelRecord {
+    KernelRecord::CuinitEnter(CuinitEvent {
         header: header(EVENT_CUINIT_ENTER, tid, t),
         start_ns: t,
         late: CUINIT_LATE,
@@ -766,8 +774,8 @@ fn late_enter(tid: u32, t: u64) -> Record {
     })
 }
 
-fn rm_ioctl(tid: u32, start: u64, end: u64, status: u32) -> Record {
-    Record::Ioctl(IoctlEvent {
+fn rm_ioctl(tid: u32, start: u64, end: u64, status: u32) -> KernelRecord {
+    KernelRecord::Ioctl(IoctlEvent {
         header: header(EVENT_IOCTL, tid, end),
         start_ns: start,
         cmd: 0xc020_462a,
@@ -811,7 +819,7 @@ fn a_cuinit_the_probes_missed_is_told_by_its_driver_calls() {
         ..OpenEvent::default()
     };
     ctl.path[..14].copy_from_slice(b"/dev/nvidiactl");
-    o.handle(Record::Open(ctl));
+    o.handle(KernelRecord::Open(ctl));
     o.handle(rm_ioctl(PID, t + 2 * MS, t + 3 * MS, 0));
     for i in 0..2 {
         o.handle(open(
@@ -822,7 +830,7 @@ fn a_cuinit_the_probes_missed_is_told_by_its_driver_calls() {
             OPEN_IN_CUINIT | OPEN_NO_START,
         ));
     }
-    o.handle(Record::Ioctl(IoctlEvent {
+    o.handle(KernelRecord::Ioctl(IoctlEvent {
         header: header(EVENT_IOCTL, PID, t + 7 * MS),
         start_ns: t + 7 * MS - 1000,
         cmd: 0x3000_0002,
@@ -834,7 +842,7 @@ fn a_cuinit_the_probes_missed_is_told_by_its_driver_calls() {
         flags: IOCTL_IN_CUINIT | IOCTL_FAILED,
         ..IoctlEvent::default()
     }));
-    o.handle(Record::DiedInCall(TaskEvent {
+    o.handle(KernelRecord::DiedInCall(TaskEvent {
         header: header(EVENT_DIED_IN_CALL, PID, t + 9 * MS),
         start_ns: t,
         what: DIED_IN_CUINIT | DIED_IN_LATE_CUINIT,
@@ -919,7 +927,7 @@ fn a_late_cuinit_seen_returning_has_its_real_result() {
     let t = clock::monotonic_ns();
     o.handle(late_enter(PID, t));
     o.handle(rm_ioctl(PID, t + MS, t + 2 * MS, 0));
-    o.handle(Record::CuinitExit(CuinitEvent {
+    o.handle(KernelRecord::CuinitExit(CuinitEvent {
         header: header(EVENT_CUINIT_EXIT, PID, t + 3 * MS),
         start_ns: t,
         ret: 803,
@@ -962,7 +970,7 @@ fn a_cuinit_999_on_a_driver_without_a_gpu_is_named_no_gpu() {
         ..OpenEvent::default()
     };
     ctl.path[..14].copy_from_slice(b"/dev/nvidiactl");
-    o.handle(Record::Open(ctl));
+    o.handle(KernelRecord::Open(ctl));
     o.handle(rm_ioctl(PID, t + 2 * MS, t + 3 * MS, 0));
     o.handle(rm_ioctl(PID, t + 4 * MS, t + 5 * MS, 0x2f));
     o.handle(open(PID, "/dev/nvidia-uvm", t + 6 * MS, 4, OPEN_IN_CUINIT));

@@ -20,7 +20,7 @@ pub(crate) fn story() -> Capture {
     let clock = story_clock();
     let mut meta = Meta::starting(clock, clock.mono_ns + 5 * S, "comm=python3".into(), 999);
     meta.version = "uvmwatch (test)".into();
-    let mut r = Recorder::new(
+    let mut r = TraceBuilder::new(
         meta,
         1000,
         Box::new(|pid, tid| (pid != tid).then(|| format!("pt_worker_{tid}"))),

@@ -47,11 +47,11 @@ use uvmwatch::{
     export::{
         annotate::{self, TRACK_TID_BASE},
         capture::{
-            self, chrome,
+            self,
+            builder::TraceBuilder,
+            chrome,
             model::{Capture, Meta},
-            perfetto,
-            recorder::Recorder,
-            Format,
+            perfetto, Format,
         },
     },
 };

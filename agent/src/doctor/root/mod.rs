@@ -1,7 +1,7 @@
 //! Where the doctor reads the diagnosed machine from: this machine ([`Root::Live`], set up
 //! by [`Root::live`] for `uvmwatch doctor` or [`Root::observer`] for the agent) or a snapshot
 //! directory ([`Root::Snapshot`]: an unpacked bundle or a test fixture), and the
-//! [`Recorder`] that keeps what was read so that a bundle can save exactly that.
+//! [`ReadLog`] that keeps what was read so that a bundle can save exactly that.
 //!
 //! Every reader takes the absolute path as it is on the diagnosed machine
 //! (`/proc/cmdline`); a snapshot holds that file at `<dir>/proc/cmdline`. What cannot be a
@@ -18,7 +18,7 @@
 //! A file missing from a snapshot reads as `ENOENT`, like a file missing on a live machine.
 //!
 //! Parts: [`Live`] (`live.rs`), the snapshot layout and its answers (`snapshot.rs`), the
-//! [`Recorder`] (`record.rs`), commands with a time limit (`command.rs`) and the kernel log
+//! [`ReadLog`] (`record.rs`), commands with a time limit (`command.rs`) and the kernel log
 //! device (`kmsg.rs`). This module dispatches each reader to them.
 
 mod command;
@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 pub use command::{timed_out, CommandError, COMMAND_TIMEOUT, TIMED_OUT_VERDICT};
 pub use kmsg::format_kmsg_record;
 pub use live::{Live, OPEN_TIMED_OUT, OPEN_TIMEOUT};
-pub use record::{Recorded, Recorder};
+pub use record::{ReadLog, Recorded};
 pub use snapshot::{
     command_file, read_manifest, read_nodes, CommandEntry, Manifest, NodeRecord, NodesFile, Op,
     ReadError, COMMANDS_DIR, EVIDENCE_FILE, KERNEL_LOG_NAME, MANIFEST_FILE, NODES_FILE,
@@ -55,9 +55,9 @@ pub enum Root {
     /// A snapshot directory laid out like the diagnosed machine's file system, plus the
     /// bundle's metadata files (see the module documentation).
     Snapshot(PathBuf),
-    /// Another root whose every read (result or error) is also kept in the [`Recorder`].
+    /// Another root whose every read (result or error) is also kept in the [`ReadLog`].
     /// Build it with [`Root::recording`].
-    Recorded(Box<Root>, Recorder),
+    Recorded(Box<Root>, ReadLog),
 }
 
 /// Type of a file, after following symbolic links.
@@ -143,7 +143,7 @@ impl Root {
     }
 
     /// This root, with every read also kept in `recorder`.
-    pub fn recording(self, recorder: &Recorder) -> Root {
+    pub fn recording(self, recorder: &ReadLog) -> Root {
         Root::Recorded(Box::new(self), recorder.clone())
     }
 

@@ -1,4 +1,4 @@
-//! [`Recorder`]: what a [`Root::Recorded`](super::Root::Recorded) read, result or error,
+//! [`ReadLog`]: what a [`Root::Recorded`](super::Root::Recorded) read, result or error,
 //! kept so that a bundle can save exactly that ([`Recorded`]).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -11,7 +11,7 @@ use super::snapshot::{
 };
 use super::{CapturedText, NodeMeta};
 
-/// Everything a [`Recorder`] kept, ready to be written as a snapshot.
+/// Everything a [`ReadLog`] kept, ready to be written as a snapshot.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Recorded {
     /// File contents by absolute path (filtered files hold only the kept part).
@@ -55,10 +55,10 @@ impl Recorded {
 /// Shared, thread-safe log of what a [`Root::Recorded`](super::Root::Recorded) read. Cloning gives another handle
 /// to the same log.
 #[derive(Clone, Debug, Default)]
-pub struct Recorder(Arc<Mutex<Recorded>>);
+pub struct ReadLog(Arc<Mutex<Recorded>>);
 
-impl Recorder {
-    /// An empty recorder.
+impl ReadLog {
+    /// An empty read log.
     pub fn new() -> Self {
         Self::default()
     }
@@ -87,7 +87,7 @@ pub(super) enum FilterRecording {
     NonEmpty,
 }
 
-impl Recorder {
+impl ReadLog {
     /// Keeps a file read: its contents, or why it failed.
     pub(super) fn read(&self, path: &str, res: &io::Result<Vec<u8>>) {
         let mut r = self.lock();
@@ -231,7 +231,7 @@ mod tests {
             b"HOME=/\0container=docker\0SECRET=x\0",
         );
         write(&dir.path().join("proc/2/comm"), b"bash\n");
-        let rec = Recorder::new();
+        let rec = ReadLog::new();
         let root = Root::Snapshot(dir.path().to_path_buf()).recording(&rec);
         assert!(!root.is_live());
         root.read_bytes("/proc/cmdline").unwrap();

@@ -4,15 +4,15 @@
 //! The observer runs as in `uvmwatch run` (probes, stall detection, diagnosis) without the
 //! HTTP server, for `--duration` or until SIGINT/SIGTERM (`cmd/capture.rs`). A
 //! [`CaptureListener`] keeps the events of the processes that match the [`Filter`] in a
-//! [`Recorder`] (`recorder.rs`), which builds the trace model (`model.rs`); at the end it
+//! [`TraceBuilder`] (`builder.rs`), which builds the trace model (`model.rs`); at the end it
 //! writes the file, Perfetto protobuf (`perfetto.rs`) or Chrome JSON (`chrome.rs`), through
 //! a temporary file and a rename, so an interrupted capture still leaves a complete, valid
 //! trace. See `docs/capture.md`.
 
+pub mod builder;
 pub mod chrome;
 pub mod model;
 pub mod perfetto;
-pub mod recorder;
 #[cfg(test)]
 pub(crate) mod testing;
 
@@ -28,8 +28,8 @@ use std::{
 use anyhow::{Context, Result};
 
 use crate::event::{Clock, Event, Listener, Process};
+use builder::TraceBuilder;
 use model::{Capture, Meta};
-use recorder::Recorder;
 
 /// Events a capture keeps at most by default; more are counted as lost.
 pub const DEFAULT_MAX_EVENTS: usize = 2_000_000;
@@ -145,7 +145,7 @@ pub struct Written {
 /// [`Listener::flush`].
 pub struct CaptureListener {
     filter: Filter,
-    recorder: Recorder,
+    builder: TraceBuilder,
     format: Format,
     out: PathBuf,
     progress: Arc<Progress>,
@@ -193,19 +193,24 @@ impl CaptureListener {
         let boottime = (clock.mono_ns as i128 + boottime_minus_monotonic()).max(0) as u64;
         let meta = Meta::starting(clock, boottime, filter.describe(), std::process::id());
         let namer = Box::new(move |pid, tid| thread_name(&proc_root, pid, tid));
-        CaptureListener::with_recorder(filter, format, out, Recorder::new(meta, max_events, namer))
+        CaptureListener::with_builder(
+            filter,
+            format,
+            out,
+            TraceBuilder::new(meta, max_events, namer),
+        )
     }
 
-    /// A sink around a given recorder (tests: fixed clock and thread names).
-    pub fn with_recorder(
+    /// A sink around a given trace builder (tests: fixed clock and thread names).
+    pub fn with_builder(
         filter: Filter,
         format: Format,
         out: PathBuf,
-        recorder: Recorder,
+        builder: TraceBuilder,
     ) -> CaptureListener {
         CaptureListener {
             filter,
-            recorder,
+            builder,
             format,
             out,
             progress: Arc::new(Progress::default()),
@@ -219,7 +224,7 @@ impl CaptureListener {
 
     /// The capture as it stands, ended at `end_ns`.
     pub fn capture(&self, end_ns: u64) -> Capture {
-        self.recorder.build(end_ns)
+        self.builder.build(end_ns)
     }
 
     /// Records one event when its process matches (drop totals always), dated `now_ns`.
@@ -229,14 +234,14 @@ impl CaptureListener {
                 return;
             }
         }
-        self.recorder.record(ev, now_ns);
+        self.builder.record(ev, now_ns);
         let p = &self.progress;
         p.events
-            .store(self.recorder.recorded() as u64, Ordering::Relaxed);
+            .store(self.builder.recorded() as u64, Ordering::Relaxed);
         p.processes
-            .store(self.recorder.process_count() as u64, Ordering::Relaxed);
-        p.dropped.store(self.recorder.dropped(), Ordering::Relaxed);
-        p.lost.store(self.recorder.lost(), Ordering::Relaxed);
+            .store(self.builder.process_count() as u64, Ordering::Relaxed);
+        p.dropped.store(self.builder.dropped(), Ordering::Relaxed);
+        p.lost.store(self.builder.lost(), Ordering::Relaxed);
     }
 
     /// Writes the capture, ended at `end_ns`, to the output file.
@@ -429,11 +434,11 @@ mod tests {
             Format::Perfetto => "pftrace",
             Format::ChromeJson => "json",
         };
-        CaptureListener::with_recorder(
+        CaptureListener::with_builder(
             filter,
             format,
             dir.join(format!("out.{ext}")),
-            Recorder::new(meta, 100, Box::new(|_, _| None)),
+            TraceBuilder::new(meta, 100, Box::new(|_, _| None)),
         )
     }
 
@@ -490,11 +495,11 @@ mod tests {
 
     #[test]
     fn a_write_failure_is_reported() {
-        let s = CaptureListener::with_recorder(
+        let s = CaptureListener::with_builder(
             Filter::default(),
             Format::ChromeJson,
             PathBuf::from("/nonexistent-dir/x.json"),
-            Recorder::new(
+            TraceBuilder::new(
                 Meta::starting(test_clock(), 0, "all".into(), 1),
                 10,
                 Box::new(|_, _| None),

@@ -1,5 +1,5 @@
 //! What a capture holds, whatever the file format: the processes and threads seen, and
-//! timed events (slices, instants, counter values). [`super::recorder::Recorder`] builds it
+//! timed events (slices, instants, counter values). [`super::builder::TraceBuilder`] builds it
 //! from what the agent core reports; [`super::perfetto`] and [`super::chrome`] write it and
 //! read it back.
 //!

@@ -1,8 +1,8 @@
 //! Test fixtures of the capture: a fixed clock, the test workload, and [`story`], a short
-//! capture recorded through the [`Recorder`] that the format and annotate tests share.
+//! capture recorded through the [`TraceBuilder`] that the format and annotate tests share.
 
+use super::builder::TraceBuilder;
 use super::model::{Capture, Meta};
-use super::recorder::Recorder;
 use crate::doctor::finding::{Confidence, Finding, Severity};
 use crate::event::{testing as ev, Clock, Process, Trigger};
 
@@ -29,7 +29,7 @@ const MS: u64 = 1_000_000;
 pub fn story() -> Capture {
     let clock = test_clock();
     let meta = Meta::starting(clock, clock.mono_ns + 5 * S, "comm=python3".into(), 999);
-    let mut r = Recorder::new(
+    let mut r = TraceBuilder::new(
         meta,
         1000,
         Box::new(|pid, tid| (pid != tid).then(|| format!("worker-{tid}"))),

@@ -100,15 +100,15 @@ const CONTAINER: Field = f(
     "container id, or lxc:<name>; empty on the host",
 );
 const PATH: Field = f("path", "file path");
-const CTX_CALL: Field = f(
+const CONTEXT_CALL: Field = f(
     "call",
     "the libcuda export called: cuCtxCreate, cuCtxCreate_v2, _v3, _v4, cuDevicePrimaryCtxRetain, cuDeviceGetCount",
 );
-const CTX_DEVICE: Field = f(
+const CONTEXT_DEVICE: Field = f(
     "device",
     "the CUdevice argument of a context creation; empty for cuDeviceGetCount",
 );
-const CTX_COUNT: Field = f(
+const CONTEXT_COUNT: Field = f(
     "count",
     "the device count cuDeviceGetCount returned; empty for a context creation",
 );
@@ -309,8 +309,8 @@ pub const CONTEXT_CALL_FAILED: Record = Record {
         PID,
         TID,
         COMM,
-        CTX_CALL,
-        CTX_DEVICE,
+        CONTEXT_CALL,
+        CONTEXT_DEVICE,
         RESULT_CU,
         CODE,
         DURATION,
@@ -325,7 +325,13 @@ pub const CONTEXT_CALL_RETURNED: Record = Record {
     level: Level::DEBUG,
     message: "CUDA context or device call returned",
     fields: &[
-        PID, TID, CTX_CALL, CTX_DEVICE, CTX_COUNT, RESULT_CU, DURATION,
+        PID,
+        TID,
+        CONTEXT_CALL,
+        CONTEXT_DEVICE,
+        CONTEXT_COUNT,
+        RESULT_CU,
+        DURATION,
     ],
 };
 pub const DEVICE_COUNT_LOW: Record = Record {
@@ -336,7 +342,7 @@ pub const DEVICE_COUNT_LOW: Record = Record {
         PID,
         TID,
         COMM,
-        CTX_COUNT,
+        CONTEXT_COUNT,
         f(
             "gpu_nodes",
             "GPU nodes (/dev/nvidia<N>) in the process's root (/proc/<pid>/root/dev); empty when unreadable",

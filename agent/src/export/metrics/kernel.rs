@@ -10,7 +10,7 @@ use prometheus::{
     proto::{self, LabelPair, MetricFamily, MetricType},
     IntCounter,
 };
-use uvmwatch_common::{counter, ctxcall, IoctlKey, LatencyHist, HIST_BUCKETS};
+use uvmwatch_common::{context_call, counter, IoctlKey, LatencyHist, HIST_BUCKETS};
 
 use super::help;
 use crate::{decode::nvidia, kernel::Kernel};
@@ -245,16 +245,16 @@ impl Collector for KernelCollector {
         ));
 
         // Kernel functions: only those probed here (or with counts from earlier).
-        let khist = k.kfunc_hist().unwrap_or_default();
+        let khist = k.kernel_fn_hist().unwrap_or_default();
         let mut km = Vec::new();
         for (id, h) in khist.iter().enumerate() {
-            if h.count == 0 && !k.kfunc_attached(id as u32) {
+            if h.count == 0 && !k.kernel_fn_attached(id as u32) {
                 continue;
             }
             km.push(histogram_metric(
                 labels(&[(
                     "function",
-                    crate::kernel::registry::kfunc_name(id as u32).to_string(),
+                    crate::kernel::registry::kernel_fn_name(id as u32).to_string(),
                 )]),
                 h,
             ));
@@ -264,7 +264,7 @@ impl Collector for KernelCollector {
             MetricType::HISTOGRAM,
             km,
         ));
-        let kres = k.kfunc_results().unwrap_or_default();
+        let kres = k.kernel_fn_results().unwrap_or_default();
         let krm = kres
             .iter()
             .map(|(key, n)| {
@@ -272,7 +272,7 @@ impl Collector for KernelCollector {
                     labels(&[
                         (
                             "function",
-                            crate::kernel::registry::kfunc_name(key.func).to_string(),
+                            crate::kernel::registry::kernel_fn_name(key.func).to_string(),
                         ),
                         ("result", nvidia::ioctl_result_label(key.kind, key.code)),
                     ]),
@@ -287,14 +287,14 @@ impl Collector for KernelCollector {
         ));
 
         // CUDA context and device calls: those probed here (or with counts from earlier).
-        let chist = k.ctx_hist().unwrap_or_default();
+        let chist = k.context_call_hist().unwrap_or_default();
         let mut cm = Vec::new();
         for (id, h) in chist.iter().enumerate() {
-            if h.count == 0 && !k.ctx_attached(id as u32) {
+            if h.count == 0 && !k.context_call_attached(id as u32) {
                 continue;
             }
             cm.push(histogram_metric(
-                labels(&[("call", ctxcall::name(id as u32).to_string())]),
+                labels(&[("call", context_call::name(id as u32).to_string())]),
                 h,
             ));
         }
@@ -303,11 +303,15 @@ impl Collector for KernelCollector {
             MetricType::HISTOGRAM,
             cm,
         ));
-        let cres = k.ctx_results().unwrap_or_default();
+        let cres = k.context_call_results().unwrap_or_default();
         // Every call has its CUDA_SUCCESS series from the start, so dashboards and alerts
         // never see "no data" before the first context is made.
-        let seeded =
-            (0..ctxcall::COUNT).map(|call| (uvmwatch_common::CtxResultKey { call, code: 0 }, 0u64));
+        let seeded = (0..context_call::COUNT).map(|call| {
+            (
+                uvmwatch_common::ContextCallResultKey { call, code: 0 },
+                0u64,
+            )
+        });
         let crm = cres
             .iter()
             .copied()
@@ -315,7 +319,7 @@ impl Collector for KernelCollector {
             .map(|(key, n)| {
                 counter_metric(
                     labels(&[
-                        ("call", ctxcall::name(key.call).to_string()),
+                        ("call", context_call::name(key.call).to_string()),
                         ("result", nvidia::cu_result_name(key.code as i32 as i64)),
                     ]),
                     n as f64,

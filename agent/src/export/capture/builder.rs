@@ -1,4 +1,4 @@
-//! [`Recorder`]: builds a [`Capture`] from the observer's events, one at a time, as the
+//! [`TraceBuilder`]: builds a [`Capture`] from the observer's events, one at a time, as the
 //! capture listener hands them over.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -29,7 +29,7 @@ struct Open {
 /// ioctls, opens, failures, stalls and diagnoses, counts ioctls for the rate counter and
 /// follows the drop total. Calls still running at the end become slices up to the end,
 /// marked `unfinished`.
-pub struct Recorder {
+pub struct TraceBuilder {
     meta: Meta,
     limit: usize,
     namer: ThreadNamer,
@@ -47,11 +47,11 @@ pub struct Recorder {
     lost: u64,
 }
 
-impl Recorder {
-    /// A recorder keeping at most `limit` events (more are counted as lost); `namer` names
+impl TraceBuilder {
+    /// A builder keeping at most `limit` events (more are counted as lost); `namer` names
     /// each thread the first time it is seen.
-    pub fn new(meta: Meta, limit: usize, namer: ThreadNamer) -> Recorder {
-        Recorder {
+    pub fn new(meta: Meta, limit: usize, namer: ThreadNamer) -> TraceBuilder {
+        TraceBuilder {
             meta,
             limit,
             namer,
@@ -683,7 +683,7 @@ mod tests {
     fn events_over_the_limit_are_counted_as_lost() {
         let clock = test_clock();
         let meta = Meta::starting(clock, clock.mono_ns, "all".into(), 1);
-        let mut r = Recorder::new(meta, 2, Box::new(|_, _| None));
+        let mut r = TraceBuilder::new(meta, 2, Box::new(|_, _| None));
         let p = workload();
         for i in 0..5u64 {
             let t = clock.mono_ns + i;
@@ -714,7 +714,7 @@ mod tests {
     fn a_thread_exit_closes_the_stalled_cuinit() {
         let clock = test_clock();
         let meta = Meta::starting(clock, clock.mono_ns, "all".into(), 1);
-        let mut r = Recorder::new(meta, 100, Box::new(|_, _| None));
+        let mut r = TraceBuilder::new(meta, 100, Box::new(|_, _| None));
         let p = workload();
         let t = clock.mono_ns;
         r.record(&ev::cuinit_start(&p, 4242, t), 0);
@@ -733,7 +733,7 @@ mod tests {
     fn context_calls_are_slices_and_a_failed_one_is_also_a_failure() {
         let clock = test_clock();
         let meta = Meta::starting(clock, clock.mono_ns, "all".into(), 1);
-        let mut r = Recorder::new(meta, 100, Box::new(|_, _| None));
+        let mut r = TraceBuilder::new(meta, 100, Box::new(|_, _| None));
         let p = workload();
         let t = clock.mono_ns;
         r.record(

@@ -1,12 +1,12 @@
 //! Kernel and driver functions probed with kprobe/kretprobe pairs.
 //!
-//! The list is written once, in [`kfuncs!`](crate::kfuncs): the ids below, the eBPF programs
-//! (`agent-ebpf/src/probes/kfunc.rs`), the agent's probe registry
+//! The list is written once, in [`kernel_fns!`](crate::kernel_fns): the ids below, the eBPF programs
+//! (`agent-ebpf/src/probes/kernel_fn.rs`), the agent's probe registry
 //! (`agent/src/kernel/registry.rs`) and the probe table of `docs/probes.md` (generated from the
 //! registry) are all expanded from it.
 //!
-//! An id is the index in the `KF_HIST` array and the `func` of [`KfKey`](crate::KfKey),
-//! [`KfResultKey`](crate::KfResultKey) and [`KfuncEvent`](crate::KfuncEvent); never reuse one.
+//! An id is the index in the `KF_HIST` array and the `func` of [`KernelFnKey`](crate::KernelFnKey),
+//! [`KernelFnResultKey`](crate::KernelFnResultKey) and [`KernelFnEvent`](crate::KernelFnEvent); never reuse one.
 //! Names and return types: `nvidia-uvm.md` (NVIDIA open-gpu-kernel-modules
 //! `kernel-open/nvidia-uvm/`, 535..595) and the kernel's `mm/memremap.c`, `mm/hmm.c`,
 //! `mm/migrate_device.c`, `kernel/resource.c`.
@@ -17,7 +17,7 @@
 /// (ID = n, "symbol", module, RET, SCOPE, enter_program, exit_program, "lives in", "purpose"),
 /// ```
 ///
-/// * `ID = n`: the constant in [`kfunc`](crate::kfunc) and its number (rows are in id order,
+/// * `ID = n`: the constant in [`kernel_fn`](crate::kernel_fn) and its number (rows are in id order,
 ///   from 0 without gaps; the build checks it);
 /// * `"symbol"`: the function's name in `/proc/kallsyms`;
 /// * `module`: `Some("nvidia_uvm")` for a function of that module, `None` for the core kernel;
@@ -38,7 +38,7 @@
 ///     $enter:ident, $exit:ident, $fentry:ident, $fexit:ident, $lives:literal, $purpose:literal)),* $(,)?)
 /// ```
 #[macro_export]
-macro_rules! kfuncs {
+macro_rules! kernel_fns {
     ($callback:ident) => {
         $callback! {
             (REQUEST_FREE_MEM_REGION = 0, "request_free_mem_region", None, ERR_PTR, UVM_IOCTL,
@@ -91,7 +91,7 @@ macro_rules! kfuncs {
     };
 }
 
-/// The ids and [`COUNT`], from the rows of [`kfuncs!`](crate::kfuncs).
+/// The ids and [`COUNT`], from the rows of [`kernel_fns!`](crate::kernel_fns).
 macro_rules! define_ids {
     ($(($id:ident = $n:literal, $sym:literal, $module:expr, $ret:ident, $scope:ident,
         $enter:ident, $exit:ident, $fentry:ident, $fexit:ident, $lives:literal, $purpose:literal)),* $(,)?) => {
@@ -107,14 +107,14 @@ macro_rules! define_ids {
             let ids: [u32; COUNT as usize] = [$($n),*];
             let mut i = 0;
             while i < ids.len() {
-                assert!(ids[i] == i as u32, "kfuncs! rows must be numbered 0, 1, 2, ... in order");
+                assert!(ids[i] == i as u32, "kernel_fns! rows must be numbered 0, 1, 2, ... in order");
                 i += 1;
             }
         };
     };
 }
 
-crate::kfuncs!(define_ids);
+crate::kernel_fns!(define_ids);
 
 /// How a function reports failure: how the kretprobe turns its return value into a
 /// [`result`](crate::result) kind and code.
@@ -152,7 +152,8 @@ mod tests {
 
     #[test]
     fn rows_are_numbered_and_distinct() {
-        let rows: [(u32, &str, Option<&str>, u8, u8); super::COUNT as usize] = crate::kfuncs!(rows);
+        let rows: [(u32, &str, Option<&str>, u8, u8); super::COUNT as usize] =
+            crate::kernel_fns!(rows);
         let mut names: Vec<&str> = rows.iter().map(|r| r.1).collect();
         names.sort_unstable();
         names.dedup();

@@ -5,7 +5,7 @@
 //!
 //! The entry keeps its time, the `CUdevice` argument and, for `cuDeviceGetCount`, the
 //! `int *count` pointer in `INFLIGHT_CTX`; the return adds the latency to `CTX_HIST` and the
-//! `CUresult` to `CTX_RESULTS`, reads the count the call wrote, and sends a `CtxEvent`: for
+//! `CUresult` to `CTX_RESULTS`, reads the count the call wrote, and sends a `ContextCallEvent`: for
 //! every context creation, and for `cuDeviceGetCount` when it failed or returned a count
 //! not yet sent for the process (`DEVCOUNT_SENT`), so a process that asks again and again
 //! costs no record. The `cuCtxCreate` versions share one in-flight slot per thread: a
@@ -18,8 +18,8 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 use uvmwatch_common::{
-    counter, ctxcall, hist_bucket, CtxEvent, CtxKey, CtxResultKey, InflightCtx, CTX_COUNT_READ,
-    CTX_ENTRY_SEEN, EVENT_CTX, LATE_END_NEXT_CALL,
+    context_call, counter, hist_bucket, ContextCallEvent, ContextCallKey, ContextCallResultKey,
+    InflightContextCall, CTX_COUNT_READ, CTX_ENTRY_SEEN, EVENT_CONTEXT_CALL, LATE_END_NEXT_CALL,
 };
 
 use super::cuinit::{end_late, probed_call};
@@ -35,9 +35,9 @@ const STALE_NS: u64 = 60_000_000_000;
 fn enter(ctx: &ProbeContext, call: u32) -> Option<()> {
     config()?;
     let (tgid, tid) = ids();
-    let key = CtxKey {
+    let key = ContextCallKey {
         tid,
-        slot: ctxcall::slot(call),
+        slot: context_call::slot(call),
     };
     let now = unsafe { bpf_ktime_get_ns() };
     // The thread is past a late cuInit it had, and the library is probed now.
@@ -50,16 +50,20 @@ fn enter(ctx: &ProbeContext, call: u32) -> Option<()> {
             return None;
         }
     }
-    let device: i32 = match ctxcall::DEVICE_ARG.get(call as usize).copied().flatten() {
+    let device: i32 = match context_call::DEVICE_ARG
+        .get(call as usize)
+        .copied()
+        .flatten()
+    {
         Some(i) => ctx.arg(i).unwrap_or(-1),
         None => -1,
     };
-    let out_ptr: u64 = if call == ctxcall::DEVICE_GET_COUNT {
+    let out_ptr: u64 = if call == context_call::DEVICE_GET_COUNT {
         ctx.arg(0).unwrap_or(0)
     } else {
         0
     };
-    let e = InflightCtx {
+    let e = InflightContextCall {
         start_ns: now,
         out_ptr,
         call,
@@ -77,9 +81,9 @@ fn exit(ctx: &RetProbeContext, call: u32) -> Option<()> {
     config()?;
     let (tgid, tid) = ids();
     let now = unsafe { bpf_ktime_get_ns() };
-    let key = CtxKey {
+    let key = ContextCallKey {
         tid,
-        slot: ctxcall::slot(call),
+        slot: context_call::slot(call),
     };
     let (start, out_ptr, device, flags) = match unsafe { INFLIGHT_CTX.get(&key) } {
         // The return of a nested call of the same slot: the outer one counts.
@@ -95,14 +99,14 @@ fn exit(ctx: &RetProbeContext, call: u32) -> Option<()> {
     }
     count(
         &CTX_RESULTS,
-        &CtxResultKey {
+        &ContextCallResultKey {
             call,
             code: ret as u32,
         },
         counter::CTX_RESULTS_FULL,
     );
-    let mut ev = CtxEvent {
-        header: header(EVENT_CTX, tgid, tid, now),
+    let mut ev = ContextCallEvent {
+        header: header(EVENT_CONTEXT_CALL, tgid, tid, now),
         start_ns: start,
         ret: ret as i64,
         call,
@@ -110,7 +114,7 @@ fn exit(ctx: &RetProbeContext, call: u32) -> Option<()> {
         count: 0,
         flags,
     };
-    if call == ctxcall::DEVICE_GET_COUNT && ret == 0 {
+    if call == context_call::DEVICE_GET_COUNT && ret == 0 {
         if out_ptr != 0 {
             if let Ok(n) = unsafe { bpf_probe_read_user::<i32>(out_ptr as *const i32) } {
                 ev.count = n;
@@ -131,27 +135,27 @@ fn exit(ctx: &RetProbeContext, call: u32) -> Option<()> {
 }
 
 /// The uprobe and uretprobe programs of each call id.
-macro_rules! ctx_programs {
+macro_rules! context_call_programs {
     ($(($enter:ident, $exit:ident, $id:ident, $sym:literal)),* $(,)?) => {
         $(
             #[doc = concat!("Uprobe on `", $sym, "`: its entry.")]
             #[uprobe]
             pub fn $enter(ctx: ProbeContext) -> u32 {
-                let _ = enter(&ctx, ctxcall::$id);
+                let _ = enter(&ctx, context_call::$id);
                 0
             }
 
             #[doc = concat!("Uretprobe on `", $sym, "`: its result and latency.")]
             #[uretprobe]
             pub fn $exit(ctx: RetProbeContext) -> u32 {
-                let _ = exit(&ctx, ctxcall::$id);
+                let _ = exit(&ctx, context_call::$id);
                 0
             }
         )*
     };
 }
 
-ctx_programs!(
+context_call_programs!(
     (cuctx_v1_enter, cuctx_v1_exit, CTX_CREATE, "cuCtxCreate"),
     (
         cuctx_v2_enter,
