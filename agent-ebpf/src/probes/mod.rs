@@ -1,6 +1,7 @@
 //! The programs, one file per hook group. Program names (the functions marked `#[tracepoint]`,
 //! `#[uprobe]`, `#[kprobe]`, ...) are what the agent's registry
 //! (`agent/src/kernel/registry.rs`) loads and attaches: rename one only together with it.
+//! Adding a probe, file by file: `docs/probes.md#adding-a-probe`.
 //!
 //! Each tracepoint reads its record through a `#[repr(C)]` struct whose doc holds the
 //! tracepoint's `format` as `/sys/kernel/tracing/events/<category>/<name>/format` gives it
