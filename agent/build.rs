@@ -2,7 +2,8 @@
 //! toolchain and bpf-linker, and leaves the object in `OUT_DIR/uvmwatch-ebpf` for
 //! `include_bytes_aligned!` in `src/kernel/mod.rs`.
 
-/// Nightly used for the eBPF crate (needs `rust-src`; see shared/reference/toolchain.md).
+/// Nightly used for the eBPF crate (needs `rust-src`: aya-build builds `core` with
+/// `-Z build-std=core`; the same pin as `NIGHTLY` in `xtask/src/setup.rs`).
 const EBPF_TOOLCHAIN: &str = "nightly-2026-05-20";
 
 fn main() -> anyhow::Result<()> {

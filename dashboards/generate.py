@@ -546,7 +546,7 @@ def ioctls():
                   "interval, over the selected nodes and ioctls.",
                   f"sum by (le) (increase(uvmwatch_driver_ioctl_duration_seconds_bucket{io}[$__rate_interval]))",
                   "s"), 24, 8)
-    L.row("Stalls and fds")
+    L.row("Stalls and tracked processes")
     L.add(timeseries("Stalled driver calls", "Driver ioctls running for longer than "
                      "--ioctl-stall (5s by default) now, by agent and ioctl.",
                      [target(f"sum by (instance, call) (uvmwatch_stalled_calls{S_NOT_CUINIT})",
@@ -606,8 +606,8 @@ def agent():
                      "full, or undecodable). Kernel-side counters stay exact.",
                      [target(f"sum by (instance) (rate(uvmwatch_events_dropped_total{sel()}[$__rate_interval]))",
                              "{{instance}}")], "eps"), 8, 7)
-    L.add(timeseries("Kernel map full", "Calls or fds per second that could not be tracked "
-                     "because a kernel map was full, by map.",
+    L.add(timeseries("Kernel map full", "Calls, processes, opens or aggregate series per "
+                     "second that could not be stored because a kernel map was full, by map.",
                      [target(f"sum by (instance, map) (rate(uvmwatch_kernel_map_full_total{sel()}[$__rate_interval]))",
                              "{{instance}} {{map}}")], "ops"), 8, 7)
     L.add(timeseries("Tracked processes", "Processes whose ioctls the kernel side looks at.",

@@ -80,7 +80,8 @@ pub static PROC_GATE: Array<u8> = Array::with_max_entries(uvmwatch_common::PID_M
 // calls in flight (keyed by tid)
 // ---------------------------------------------------------------------------------------------
 
-/// Ioctls on tracked fds between enter and exit; user space reads it for stalls.
+/// Driver ioctls of processes in `PROCS`, on an identified NVIDIA file (or a negative fd), between
+/// enter and exit; user space reads it for stalls.
 #[map]
 pub static INFLIGHT_IOCTL: LruHashMap<u32, InflightIoctl> = LruHashMap::with_max_entries(16384, 0);
 /// `cuInit` calls between entry and return; a hung one stays here, which is how user space

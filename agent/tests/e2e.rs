@@ -38,7 +38,9 @@ fn pid_is(v: &Value, pid: u32) -> bool {
     v["pid"].as_u64() == Some(pid as u64)
 }
 
-/// The cuInit sequence of the test library, as the driver would see it (nvidia-uvm.md).
+/// The cuInit sequence of the test library, as the driver would see it (driver 535.104.05 on an
+/// H100: `testbed/replays/535.104.05-h100-cumemory.replay`, from the capture linked in
+/// google/gvisor#9921).
 const UVM_SEQUENCE: &[&str] = &[
     "UVM_INITIALIZE",
     "UVM_MM_INITIALIZE",

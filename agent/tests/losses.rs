@@ -170,10 +170,10 @@ fn more_fd_copies_than_any_map_holds_are_each_identified() {
     require_env!("more_fd_copies_than_any_map_holds_are_each_identified");
     let agent = Agent::start(&[]);
     let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
-    // 120000 copies of /dev/nvidia-uvm fds held at once (more than the 65536 entries the
-    // old fd map had, more than any map of the kernel side holds); one process may hold only
-    // RLIMIT_NOFILE's hard limit (root here cannot raise it: no CAP_SYS_RESOURCE), so four
-    // processes hold theirs at once. Each then calls FICLONE on its last copy.
+    // 120000 copies of /dev/nvidia-uvm fds held at once (more than any map of the kernel
+    // side holds); one process may hold only RLIMIT_NOFILE's hard limit (root here cannot
+    // raise it: no CAP_SYS_RESOURCE), so four processes hold theirs at once. Each then calls
+    // FICLONE on its last copy.
     let mut ws: Vec<Workload> = (0..4)
         .map(|_| {
             common::spawn_workload(

@@ -1,4 +1,5 @@
-//! Kernel and driver functions probed with kprobe/kretprobe pairs.
+//! Kernel and driver functions probed with kprobe/kretprobe pairs, and core-kernel ones with
+//! fentry/fexit on the fentry backend.
 //!
 //! The list is written once, in [`kernel_fns!`](crate::kernel_fns): the ids below, the eBPF programs
 //! (`agent-ebpf/src/probes/kernel_fn.rs`), the agent's probe registry
@@ -6,10 +7,10 @@
 //! registry) are all expanded from it.
 //!
 //! An id is the index in the `KF_HIST` array and the `func` of [`KernelFnKey`](crate::KernelFnKey),
-//! [`KernelFnResultKey`](crate::KernelFnResultKey) and [`KernelFnEvent`](crate::KernelFnEvent); never reuse one.
-//! Names and return types: `nvidia-uvm.md` (NVIDIA open-gpu-kernel-modules
-//! `kernel-open/nvidia-uvm/`, 535..595) and the kernel's `mm/memremap.c`, `mm/hmm.c`,
-//! `mm/migrate_device.c`, `kernel/resource.c`.
+//! [`KernelFnResultKey`](crate::KernelFnResultKey) and [`KernelFnEvent`](crate::KernelFnEvent);
+//! never reuse one. Names and return types: NVIDIA open-gpu-kernel-modules
+//! `kernel-open/nvidia-uvm/` (535..595; each row's "lives in" names the versions) and the kernel's
+//! `mm/memremap.c`, `mm/hmm.c`, `mm/migrate_device.c`, `kernel/resource.c`.
 
 /// Hands every probed function to `$callback!` as one row per function:
 ///

@@ -777,7 +777,7 @@ pub const DIED_IN_IOCTL: u32 = 2;
 /// one ([`InflightCuinit::late`]): its thread may well have returned from it long before.
 pub const DIED_IN_LATE_CUINIT: u32 = 4;
 
-/// [`KernelFnEvent`]: a kernel or driver function probed with a kprobe failed (or, for the
+/// [`KernelFnEvent`]: a probed kernel or driver function (kprobe or fexit) failed (or, for the
 /// HMM set-up allocators, failed inside a UVM ioctl).
 pub const EVENT_KERNEL_FN: u32 = 9;
 

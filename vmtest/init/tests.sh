@@ -21,7 +21,8 @@ VMTEST_FINAL="overhead"
 # handlers (the module implements the 560+ names). Their probes must say why they are off.
 KPROBE_ABSENT="uvm_gpu_service_replayable_faults uvm_gpu_service_non_replayable_fault_buffer"
 
-# Kernel functions the agent's kprobes will need (shared/reference/nvidia-uvm.md).
+# Kernel functions the agent's kprobes will need (the core-kernel rows, `module` None, of
+# `kernel_fns!` in common/src/kernel_fn.rs).
 KERNEL_SYMBOLS="request_free_mem_region memremap_pages hmm_range_fault migrate_vma_setup
 migrate_vma_pages migrate_vma_finalize"
 # Functions of the test module, named as in nvidia_uvm.

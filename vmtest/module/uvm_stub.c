@@ -8,7 +8,8 @@
  *     /dev/nvidia-uvm and minor 1 /dev/nvidia-uvm-tools (the test's /init makes the nodes
  *     with mknod from /proc/devices, as nvidia-modprobe does);
  *   - the UVM command numbers, params sizes and rmStatus offsets of driver 590.48.01
- *     (uvm_ioctl.h; shared/reference/nvidia-uvm.md): params are copied in, handled, and
+ *     (kernel-open/nvidia-uvm/uvm_ioctl.h at tag 590.48.01; the 590.48.01 rows of
+ *     agent/src/decode/layouts/nvidia-layouts.tsv): params are copied in, handled, and
  *     copied back with rmStatus written where the real driver writes it; the syscall
  *     returns 0 when the command ran, as the real driver does;
  *   - the call path and the function names of the driver, so kprobes, /proc/<pid>/wchan,

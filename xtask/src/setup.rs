@@ -2,8 +2,7 @@
 //!
 //! Every step prints one line: `ok: …` when present, `installing: …` before installing,
 //! `missing: …` with `--check`, and `failed: <command>` when an install fails. Versions
-//! match `shared/reference/toolchain.md`, `rust-toolchain.toml` and `agent/build.rs` (unit
-//! tests below compare them).
+//! match `rust-toolchain.toml` and `agent/build.rs` (unit tests below compare them).
 
 use std::path::Path;
 use std::process::Command;

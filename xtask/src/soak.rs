@@ -1,6 +1,6 @@
 //! `cargo xtask soak [--seconds N]`: the soak and fault harness (`agent/tests/soak.rs`) on
 //! a release build, for longer than the part `cargo xtask test` runs: process churn, an event
-//! flood with concurrent stalls, fd-map exhaustion and recovery, `kill -9` and a restart.
+//! flood with concurrent stalls, fd copies past any map's size, `kill -9` and a restart.
 //! Prints the harness's `soak:` figures; fails when a bound is not met. Root.
 
 use std::process::{Command, ExitCode};

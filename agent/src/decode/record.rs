@@ -26,7 +26,7 @@ pub enum KernelRecord {
     Exec(TaskEvent),
     /// A tracked process exited.
     ProcExit(TaskEvent),
-    /// A kprobed kernel/driver function failed.
+    /// A probed kernel/driver function failed.
     KernelFn(KernelFnEvent),
     /// A CUDA context or device call returned.
     ContextCall(ContextCallEvent),

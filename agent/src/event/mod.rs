@@ -87,7 +87,7 @@ pub enum Kind {
     Ioctl(Ioctl),
     /// An open of an NVIDIA device node (failed ones, and all inside `cuInit`).
     Open(Open),
-    /// A kprobed kernel or driver function failed.
+    /// A probed kernel or driver function failed.
     KernelSignal(KernelSignal),
     /// A CUDA context creation returned (every one), or `cuDeviceGetCount` (when it failed,
     /// or returned a count new for the process).
@@ -163,7 +163,7 @@ pub enum Kind {
     },
     /// The diagnosis facts changed.
     EvidenceChanged,
-    /// Stale fd entries were removed from the kernel's map.
+    /// Entries of processes that are gone were removed from `PROCS`.
     Swept { removed: usize },
     /// A pass of the stall scan (every [`crate::observer::stall::SCAN_INTERVAL`]).
     Scan(Scan),
@@ -371,7 +371,7 @@ impl ContextCall {
     }
 }
 
-/// A kprobed function that failed.
+/// A probed kernel or driver function that failed.
 #[derive(Clone, Debug)]
 pub struct KernelSignal {
     pub start_ns: u64,

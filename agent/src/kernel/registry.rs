@@ -107,7 +107,8 @@ const fn is_core(module: Option<&'static str>) -> bool {
 macro_rules! kernel_fn_table {
     ($(($id:ident = $n:literal, $sym:literal, $module:expr, $ret:ident, $scope:ident,
         $enter:ident, $exit:ident, $fentry:ident, $fexit:ident, $lives:literal, $purpose:literal)),* $(,)?) => {
-        /// The kprobe part of the registry: every probed function, in id order.
+        /// The probed-function part of the registry (kprobe pairs; fentry/fexit pairs for
+        /// core-kernel functions): every probed function, in id order.
         pub const KERNEL_FNS: &[KernelFn] = &[$(
             KernelFn {
                 id: uvmwatch_common::kernel_fn::$id,
@@ -334,7 +335,8 @@ const fn fe(
     }
 }
 
-/// The tracepoints and uprobes, in attach order ([`all`] adds the kprobes of [`KERNEL_FNS`]).
+/// The syscall trampolines, tracepoints and uprobes, in attach order ([`all`] adds the kprobe
+/// pairs of [`KERNEL_FNS`] and the trampolines of its core-kernel functions).
 pub const REGISTRY: &[ProbeSpec] = &[
     fe(
         "fentry:__x64_sys_ioctl",

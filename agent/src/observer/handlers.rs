@@ -344,7 +344,7 @@ impl<K: KernelSide> Observer<K> {
         self.emit(ev);
     }
 
-    /// A kprobed kernel or driver function failed: kept as a kernel-side signal of the
+    /// A probed kernel or driver function failed: kept as a kernel-side signal of the
     /// thread's `cuInit` for the diagnosis rules.
     fn on_kernel_fn(&mut self, e: &KernelFnEvent) {
         let h = &e.header;

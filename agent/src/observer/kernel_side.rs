@@ -1,7 +1,7 @@
-//! What the observer needs of the kernel side: the in-flight maps it scans, the probe
-//! table, the loss counters, and the few writes it makes (probes for a new libcuda, fds and
-//! calls learned at start, entries of threads that are gone). [`Kernel`] is it; the
-//! observer's tests put a stand-in in its place, so its handlers run without root.
+//! What the observer needs of the kernel side: the in-flight maps it scans, the probe table, the
+//! loss counters, and the few writes it makes (probes for a new libcuda, processes, files and calls
+//! learned at start, entries of threads that are gone). [`Kernel`] is it; the observer's tests put
+//! a stand-in in its place, so its handlers run without root.
 
 use std::path::Path;
 

@@ -8,8 +8,8 @@
 //! the live diagnosis ([`diagnosis`]) before the event leaves, and its findings follow it as
 //! events of their own. It also attaches `cuInit` probes to each new libcuda (`startup.rs`),
 //! follows `nvidia_uvm` loads and the driver's version (whose ioctl layouts the kernel side
-//! reads statuses with, [`driver`]), and sweeps stale fd entries. What it needs of the kernel side
-//! is [`KernelSide`].
+//! reads statuses with, [`driver`]), and sweeps the `PROCS` entries of processes that are gone.
+//! What it needs of the kernel side is [`KernelSide`].
 
 pub mod calls;
 pub mod diagnosis;
@@ -126,7 +126,7 @@ const DRAIN_BATCH: usize = 4096;
 
 /// Scans between checks for `nvidia_uvm` coming or going (1 s).
 const MODULE_CHECK_EVERY: u64 = 20;
-/// How often stale fd entries are swept and expired findings cleared.
+/// How often the `PROCS` entries of gone processes are swept and expired findings cleared.
 const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 /// The observer's state, over the kernel side `K` ([`Kernel`]; a stand-in in its tests).

@@ -364,10 +364,11 @@ fn the_snapshots_driver_layouts_are_loaded_and_said_at_start() {
     assert_eq!(o.kernel().layouts.len(), 1);
 }
 
-/// The end of a real failing cuInit (driver 535, `shared/reference/nvidia-uvm.md`): the
-/// `/dev/nvidia-uvm` open fails, is retried without `O_CLOEXEC`, and `UVM_DEINITIALIZE` goes
-/// to fd = -errno. That call is logged on `invalid_fd` with its `EBADF`, but the cuInit's
-/// failure stays the open, and it is no driver call.
+/// The end of a real failing cuInit (driver 535.261.03,
+/// `testbed/replays/535.261.03-gpuless-qemu-uvm-eacces.replay`): the `/dev/nvidia-uvm` open fails,
+/// is retried without `O_CLOEXEC`, and `UVM_DEINITIALIZE` goes to fd = -errno. That call is logged
+/// on `invalid_fd` with its `EBADF`, but the cuInit's failure stays the open, and it is no driver
+/// call.
 #[test]
 fn a_uvm_call_on_a_negative_fd_is_not_the_cuinits_failure() {
     let root = fake_proc();

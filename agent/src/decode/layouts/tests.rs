@@ -228,7 +228,8 @@ fn known_layout_differences() {
     assert_eq!(rm("550.40.07", 0xda), [(8, Some(4))]);
 }
 
-/// 590.48.01's table is the hand-written one it replaces (shared/reference/nvidia-uvm.md).
+/// 590.48.01's table is the hand-written one it replaces (`kernel-open/nvidia-uvm/uvm_ioctl.h` at
+/// tag 590.48.01, x86_64; the 590.48.01 rows of `nvidia-layouts.tsv`).
 #[test]
 fn tag_590_48_01_is_the_former_table() {
     let former: &[(u32, u32, u32)] = &[
@@ -308,8 +309,9 @@ fn tag_590_48_01_is_the_former_table() {
     }
 }
 
-/// What `fill_cmds` relies on, at every tag: a status inside its params, RM sizes that fit
-/// `_IOC_SIZE` and give distinct requests, names from the same table as `uvm_name`.
+/// What `status_entries` / `Kernel::load_layout` (kernel/settings.rs) rely on, at every tag: a
+/// status inside its params, RM sizes that fit `_IOC_SIZE` and give distinct requests, names
+/// from the same table as `uvm_name`.
 #[test]
 fn every_tag_satisfies_the_kernel_invariants() {
     for t in known_tags() {

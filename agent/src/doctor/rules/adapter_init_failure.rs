@@ -1,6 +1,6 @@
-//! Rule `adapter_init_failure`: a GPU fails to initialize in the kernel (one row of
-//! `shared/reference/failure-classes.md`); [`check`] says when it applies, and its tests
-//! go from evidence built in code to snapshot trees read back by the collectors.
+//! Rule `adapter_init_failure`: a GPU fails to initialize in the kernel (one row of the rules table
+//! in `docs/doctor.md`); [`check`] says when it applies, and its tests go from evidence built in
+//! code to snapshot trees read back by the collectors.
 
 use super::super::collect::kernel_log::{adapter_cause, AdapterCause};
 use super::super::facts::{Evidence, Observations};

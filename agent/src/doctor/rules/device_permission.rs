@@ -1,13 +1,14 @@
-//! Rule `device_permission`: NVIDIA device node present but access denied (one row of
-//! `shared/reference/failure-classes.md`); [`check`] says when it applies, and its tests
-//! go from evidence built in code to snapshot trees read back by the collectors.
+//! Rule `device_permission`: NVIDIA device node present but access denied (one row of the rules
+//! table in `docs/doctor.md`); [`check`] says when it applies, and its tests go from evidence built
+//! in code to snapshot trees read back by the collectors.
 
 use super::super::facts::{DevNode, Evidence, Observations};
 use super::super::finding::{Confidence, Finding, Severity, Where};
 use super::{cu, finding, item, push_cuinit, step, unknown, SRC_OPENAT};
 
-/// The fixed major of `/dev/nvidiactl` and `/dev/nvidia<N>` (`nvidia-frontend` in
-/// `/proc/devices`; nvidia-uvm.md, "Device nodes").
+/// The fixed major of `/dev/nvidiactl` and `/dev/nvidia<N>` (`NV_MAJOR_DEVICE_NUMBER` in NVIDIA's
+/// `kernel-open/common/inc/nv-chardev-numbers.h`; registered as `nvidia-frontend` in
+/// `/proc/devices`).
 const NVIDIA_MAJOR: u32 = 195;
 
 /// Errnos of an `open()` refused by policy: `EPERM` (device cgroup / LXC allow-list),

@@ -1,6 +1,6 @@
-//! Rule `fork_after_init`: CUDA used in a child forked after cuInit (one row of
-//! `shared/reference/failure-classes.md`); [`check`] says when it applies, and its tests
-//! go from evidence built in code to snapshot trees read back by the collectors.
+//! Rule `fork_after_init`: CUDA used in a child forked after cuInit (one row of the rules table in
+//! `docs/doctor.md`); [`check`] says when it applies, and its tests go from evidence built in code
+//! to snapshot trees read back by the collectors.
 
 use super::super::facts::{Evidence, Observations};
 use super::super::finding::{Confidence, Finding, Severity, Where};

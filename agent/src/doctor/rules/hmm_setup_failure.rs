@@ -1,6 +1,6 @@
-//! Rule `hmm_setup_failure`: nvidia_uvm HMM set-up fails or hangs on this kernel (one row of
-//! `shared/reference/failure-classes.md`); [`check`] says when it applies, and its tests go
-//! from evidence built in code to snapshot trees read back by the collectors.
+//! Rule `hmm_setup_failure`: nvidia_uvm HMM set-up fails or hangs on this kernel (one row of the
+//! rules table in `docs/doctor.md`); [`check`] says when it applies, and its tests go from evidence
+//! built in code to snapshot trees read back by the collectors.
 //!
 //! Longer than the other rule files (over 800 lines, half of them tests): the rule has two forms, a critical
 //! finding from a failure seen and a warning from the host's risk profile (open module, HMM
@@ -19,7 +19,9 @@ use crate::decode::nvidia::cu_result_name;
 /// `NV_STATUS` an HMM set-up failure returns (`nvstatuscodes.h`, 0x51).
 const NV_ERR_NO_MEMORY: &str = "NV_ERR_NO_MEMORY";
 
-/// Kernel function whose -34 (ERANGE) is the HMM set-up failure (nvidia-uvm.md).
+/// Kernel function whose -34 (ERANGE) is the HMM set-up failure (called from
+/// `devmem_alloc_pagemap` in `kernel-open/nvidia-uvm/uvm_pmm_gpu.c`; CUDA release notes, known
+/// issue "CUDA initialization can fail on certain Linux kernels with KASLR enabled").
 const FREE_MEM_REGION: &str = "request_free_mem_region";
 
 /// First mainline release with commit ea72ce5da228 (the x86/kaslr fix).

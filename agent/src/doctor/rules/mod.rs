@@ -1,5 +1,5 @@
-//! Diagnosis rules: one per class of failure in `shared/reference/failure-classes.md`, and
-//! `no_gpu` (the driver sees no GPU), a class met with NVIDIA's real driver beside them.
+//! Diagnosis rules: one per class of failure (the rules table of `docs/doctor.md`), and `no_gpu`
+//! (the driver sees no GPU), a class met with NVIDIA's real driver beside them.
 //!
 //! Each rule is a small pure function of the static [`Evidence`] and of what the probes saw
 //! for one process ([`Observations`], all defaults for a plain `uvmwatch doctor`). Several
@@ -13,8 +13,7 @@
 //! * NVIDIA open-gpu-kernel-modules 590.48.01, `kernel-open/nvidia-uvm/`: `UVM_REGISTER_GPU`
 //!   is where UVM brings a GPU up, HMM device memory included, and reports a failure in its
 //!   `rmStatus` (`NV_ERR_NO_MEMORY` when `request_free_mem_region` fails), the
-//!   `uvm_disable_hmm` and `uvm_debug_prints` module parameters (summarised in
-//!   `shared/reference/nvidia-uvm.md`);
+//!   `uvm_disable_hmm` and `uvm_debug_prints` module parameters;
 //! * NVIDIA CUDA Toolkit release notes (12.9 and 13.x), known issue "CUDA initialization can
 //!   fail on certain Linux kernels with KASLR enabled": the
 //!   `request_free_mem_region() err -34` message and the `nokaslr` / `uvm_disable_hmm=1`
@@ -68,10 +67,10 @@ pub struct Rule {
     pub check: fn(&Evidence, &Observations) -> Option<Finding>,
 }
 
-/// Every rule, one per row of `shared/reference/failure-classes.md`, in table order, with
-/// `no_gpu` before `node_or_module_missing` (it says why a driver or node is missing). On equal
-/// severity and confidence, [`diagnose`] keeps this order, so the more specific rule of two
-/// (HMM set-up before a generic driver hang) comes first.
+/// Every rule, in the order of the rules table of `docs/doctor.md`, with `no_gpu` before
+/// `node_or_module_missing` (it says why a driver or node is missing). On equal severity and
+/// confidence, [`diagnose`] keeps this order, so the more specific rule of two (HMM set-up
+/// before a generic driver hang) comes first.
 pub const RULES: &[Rule] = &[
     Rule {
         id: "hmm_setup_failure",

@@ -1,8 +1,8 @@
-//! Rule `no_gpu`: the NVIDIA driver sees no GPU, loaded or refusing to load (a class beside
-//! the rows of `shared/reference/failure-classes.md`, seen with NVIDIA's real driver on
-//! machines without a GPU); [`check`] says when it applies, and its tests go from evidence
-//! built in code to snapshot trees read back by the collectors, those of real hosts among
-//! them (`uvmwatch_testbed::snapshot::gpuless`).
+//! Rule `no_gpu`: the NVIDIA driver sees no GPU, loaded or refusing to load (one row of the rules
+//! table in `docs/doctor.md`, a class beside the eleven others, seen with NVIDIA's real driver on
+//! machines without a GPU); [`check`] says when it applies, and its tests go from evidence built in
+//! code to snapshot trees read back by the collectors, those of real hosts among them
+//! (`uvmwatch_testbed::snapshot::gpuless`).
 //!
 //! Over 800 lines, half of them tests: the rule reads three independent sources (the
 //! driver's GPU list, `nvidia-smi`, the kernel log of a driver that refused to load), and

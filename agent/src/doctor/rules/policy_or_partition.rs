@@ -1,6 +1,6 @@
-//! Rule `policy_or_partition`: compute mode or MIG refuses the work (one row of
-//! `shared/reference/failure-classes.md`); [`check`] says when it applies, and its tests
-//! go from evidence built in code to snapshot trees read back by the collectors.
+//! Rule `policy_or_partition`: compute mode or MIG refuses the work (one row of the rules table in
+//! `docs/doctor.md`); [`check`] says when it applies, and its tests go from evidence built in code
+//! to snapshot trees read back by the collectors.
 
 use super::super::facts::{Evidence, Observations, SmiInfo};
 use super::super::finding::{Confidence, Finding, Severity, Where};

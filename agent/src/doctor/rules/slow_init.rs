@@ -1,6 +1,6 @@
-//! Rule `slow_init`: cuInit succeeds but takes seconds (one row of
-//! `shared/reference/failure-classes.md`); [`check`] says when it applies, and its tests
-//! go from evidence built in code to snapshot trees read back by the collectors.
+//! Rule `slow_init`: cuInit succeeds but takes seconds (one row of the rules table in
+//! `docs/doctor.md`); [`check`] says when it applies, and its tests go from evidence built in code
+//! to snapshot trees read back by the collectors.
 
 use super::super::facts::{Evidence, Observations};
 use super::super::finding::{Confidence, Finding, FixStep, Severity, Where};

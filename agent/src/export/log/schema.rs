@@ -284,7 +284,7 @@ pub const KERNEL_FUNCTION_FAILED: Record = Record {
         COMM,
         f(
             "function",
-            "kprobed kernel or nvidia_uvm function (docs/probes.md)",
+            "the traced kernel or nvidia_uvm function that failed (kprobe, or fexit on the fentry backend; docs/probes.md)",
         ),
         f("result", "NV_STATUS name, or -<errno> (<name>)"),
         j("in_uvm_ioctl", "called inside an ioctl on a UVM node"),

@@ -1,6 +1,6 @@
 //! The aggregates the kernel programs keep (driver ioctls by node, name and result with
-//! their latency histograms, device opens, kprobed functions, CUDA context and device
-//! calls, losses, tracked fds), read
+//! their latency histograms, device opens, probed kernel functions, CUDA context and device
+//! calls, losses, tracked processes), read
 //! from the maps on every scrape so user space is never on the per-call path.
 
 use std::sync::{Mutex, Weak};

@@ -12,8 +12,9 @@ use super::parse_decimal_u32;
 /// (x86_64 and aarch64 value, `include/uapi/asm-generic/fcntl.h`).
 pub const O_CLOEXEC_FDINFO: u32 = 0o2_000_000;
 
-/// Kind of NVIDIA character device an fd refers to (see the device-node table of
-/// `shared/reference/nvidia-uvm.md`).
+/// Kind of NVIDIA character device an fd refers to (numbers as [`uvmwatch_common::NV_MAJOR`],
+/// [`uvmwatch_common::NV_CTL_MINOR`], [`uvmwatch_common::UVM_TOOLS_MINOR`], from NVIDIA's
+/// `nv-chardev-numbers.h` and `uvm_common.h`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NodeKind {
     /// `/dev/nvidiactl` (major 195, minor 255): RM control node.
