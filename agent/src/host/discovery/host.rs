@@ -8,6 +8,13 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use super::ld_cache::native_libcuda_paths;
+
+/// Most of the linker cache read: glibc's own is a few hundred KiB on a full desktop; a larger
+/// file is refused (and said so) rather than read whole.
+const LD_CACHE_LIMIT: crate::host::files::ReadLimit = crate::host::files::ReadLimit {
+    bytes: 16 << 20,
+    overflow: crate::host::files::Overflow::Refuse,
+};
 use super::{below, is_libcuda_name, resolve, same_file, Discovery, LibTarget, Source};
 
 /// Directories where NVIDIA driver packages and installers put `libcuda.so*`, searched by
@@ -79,7 +86,9 @@ impl Discovery {
             None => Ok(ld_cache_path.to_path_buf()),
         }
         .and_then(|file| {
-            let bytes = fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            let bytes = crate::host::files::read_file_limited(&file, LD_CACHE_LIMIT)
+                .with_context(|| format!("reading {}", file.display()))?
+                .bytes;
             Ok((file, bytes))
         });
         match cache {
