@@ -943,8 +943,8 @@ mod tests {
                 "does not match the format 1 schema: invalid type: string \"three\"",
             ),
             (
-                b"{\"failed_call\": {\"call\": \"UVM_FREE\"}}",
-                "does not match the format 1 schema: missing field `node`",
+                b"{\"failed_call\": {\"node\": \"/dev/nvidia-uvm\"}}",
+                "does not match the format 1 schema: missing field `call`",
             ),
         ];
         for (bytes, want) in cases {
@@ -972,6 +972,36 @@ mod tests {
         fs::create_dir(&path).unwrap();
         let err = format!("{:#}", read_saved_observations(dir.path()).unwrap_err());
         assert!(err.starts_with("cannot be read: "), "{err}");
+    }
+
+    /// Optional fields may be `null` or missing (another tool's file, or a value its writer
+    /// did not know): they read as empty, and the file is judged, not refused.
+    #[test]
+    fn null_and_missing_optional_fields_are_read_as_empty() {
+        let saved = parse_observations(
+            b"{\"pid\": 7, \"cuinit_result\": null, \"failed_opens\": null, \
+              \"kernel_signals\": null, \"cuinit_in_flight\": null, \"device_opens\": null, \
+              \"failed_call\": {\"call\": \"UVM_REGISTER_GPU\", \"node\": null, \
+              \"result\": \"NV_ERR_NO_MEMORY\", \"seconds\": null}, \
+              \"stuck_in\": {\"call\": \"UVM_FREE\"}}",
+        )
+        .unwrap();
+        let o = &saved.observations;
+        assert_eq!(o.pid, Some(7));
+        assert!(o.failed_opens.is_empty() && o.kernel_signals.is_empty());
+        assert!(!o.cuinit_in_flight && o.device_opens == 0);
+        let c = o.failed_call.as_ref().unwrap();
+        assert_eq!(
+            (
+                c.call.as_str(),
+                c.node.as_str(),
+                c.result.as_str(),
+                c.seconds
+            ),
+            ("UVM_REGISTER_GPU", "", "NV_ERR_NO_MEMORY", 0.0)
+        );
+        assert_eq!(c.what(), "UVM_REGISTER_GPU");
+        assert_eq!(o.stuck_in.as_ref().unwrap().what(), "UVM_FREE");
     }
 
     /// The diagnosis of the snapshot tree of `spec` with the observations of `--probe`

@@ -273,22 +273,48 @@ fn absent_gpus() -> Fact<Vec<String>> {
 /// Why a fact is unknown in an `evidence.json` written by a uvmwatch that did not read it.
 const NOT_RECORDED: &str = "not recorded: written by a uvmwatch that did not read it";
 
+/// A field of an `observations.json` that may be `null` or missing: either reads as the
+/// type's default (an empty string, list or `false`, zero), so that a file written by
+/// another tool, or with a value its writer did not know, is judged rather than refused.
+fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
 /// A driver call the probes saw.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SeenCall {
-    /// Ioctl name (`UVM_REGISTER_GPU`) or hex number.
+    /// Ioctl name (`UVM_REGISTER_GPU`) or hex number: the one field a recorded call needs.
     pub call: String,
-    /// Device node path.
+    /// Device node path (empty when not known).
+    #[serde(default, deserialize_with = "null_as_default")]
     pub node: String,
     /// Result label (`NV_ERR_NO_MEMORY`, `EAGAIN`, ...); empty while in flight.
+    #[serde(default, deserialize_with = "null_as_default")]
     pub result: String,
     /// Seconds in the call (so far, when in flight).
+    #[serde(default, deserialize_with = "null_as_default")]
     pub seconds: f64,
 }
 
+impl SeenCall {
+    /// The call and its node (`UVM_REGISTER_GPU on /dev/nvidia-uvm`), or the call alone when
+    /// the node is not known.
+    pub fn what(&self) -> String {
+        if self.node.is_empty() {
+            self.call.clone()
+        } else {
+            format!("{} on {}", self.call, self.node)
+        }
+    }
+}
+
 /// What the probes saw for one process (empty for a plain `uvmwatch doctor`). Saved as a
-/// bundle's `observations.json` (`docs/doctor-bundle.md`); a field missing there reads as
-/// its default.
+/// bundle's `observations.json` (`docs/doctor-bundle.md`); a field missing there, or `null`,
+/// reads as its default.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Observations {
@@ -299,6 +325,7 @@ pub struct Observations {
     /// Seconds `cuInit` took (returned) or has been running (in flight).
     pub cuinit_seconds: Option<f64>,
     /// `cuInit` is still running (a hang or stall).
+    #[serde(deserialize_with = "null_as_default")]
     pub cuinit_in_flight: bool,
     /// Driver call the thread is inside now, for an in-flight `cuInit` or stalled ioctl.
     pub stuck_in: Option<SeenCall>,
@@ -310,18 +337,24 @@ pub struct Observations {
     /// State of the stuck thread.
     pub stuck_state: Option<String>,
     /// Kernel stack of the stuck thread when readable.
+    #[serde(deserialize_with = "null_as_default")]
     pub stuck_stack: Vec<String>,
     /// Last failed driver call (non-zero `rmStatus` or errno) seen in this `cuInit`.
     pub failed_call: Option<SeenCall>,
     /// Failed opens of NVIDIA nodes: (node path, errno name).
+    #[serde(deserialize_with = "null_as_default")]
     pub failed_opens: Vec<(String, String)>,
     /// Successful opens of NVIDIA nodes inside this `cuInit`.
+    #[serde(deserialize_with = "null_as_default")]
     pub device_opens: u32,
     /// The process was forked (without exec) from a process that had already run `cuInit`.
+    #[serde(deserialize_with = "null_as_default")]
     pub forked_after_parent_init: bool,
     /// Kernel-side signals (kprobes), e.g. `request_free_mem_region = -34 (ERANGE)`.
+    #[serde(deserialize_with = "null_as_default")]
     pub kernel_signals: Vec<String>,
     /// Probes that were not available, with why (a rule then lists what it could not see).
+    #[serde(deserialize_with = "null_as_default")]
     pub unavailable_probes: Vec<String>,
     /// Seconds the first successful open of a GPU node (`/dev/nvidia<N>`) inside this
     /// `cuInit` took: without persistence the driver brings the GPU up in that open.

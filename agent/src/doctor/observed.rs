@@ -225,15 +225,13 @@ fn seen_parts(o: &Observations) -> Vec<String> {
             .map(|w| format!(", wchan {w}"))
             .unwrap_or_default();
         parts.push(format!(
-            "stuck in {} on {} for {:.1} s{state}{wchan}",
-            c.call, c.node, c.seconds
+            "stuck in {} for {:.1} s{state}{wchan}",
+            c.what(),
+            c.seconds
         ));
     }
     if let Some(c) = &o.failed_call {
-        parts.push(format!(
-            "failed call {} on {} -> {}",
-            c.call, c.node, c.result
-        ));
+        parts.push(format!("failed call {} -> {}", c.what(), c.result));
     }
     if !o.failed_opens.is_empty() {
         let list: Vec<String> = o
@@ -268,14 +266,17 @@ fn secs(s: Option<f64>) -> String {
 }
 
 /// The failure the observations record, if any, with its severity: a `cuInit` that
-/// returned non-zero, still ran, or a driver call it was stuck in (critical: CUDA cannot
-/// start or hangs); otherwise a failed open of a device node (warning). A failed driver call
-/// alone is no failure (drivers answer some queries with an error while `cuInit` succeeds).
+/// returned non-zero, still ran, or a driver call it was stuck in, or a CUDA context or
+/// device call that failed (critical: CUDA cannot start, hangs or refuses the work);
+/// otherwise a failed open of a device node, or a failed driver call outside a `cuInit` seen
+/// returning 0 (warning). A failed driver call inside a `cuInit` that returned 0 is no
+/// failure: the library went on past it (an RM control that fails on the way to a working
+/// start, as `docs/probes.md#late-cuinit` reads one).
 pub fn observed_failure(o: &Observations) -> Option<(Severity, String)> {
     if let Some(c) = &o.stuck_in {
         return Some((
             Severity::Critical,
-            format!("stuck in {} on {} for {:.1} s", c.call, c.node, c.seconds),
+            format!("stuck in {} for {:.1} s", c.what(), c.seconds),
         ));
     }
     if o.cuinit_in_flight {
@@ -290,10 +291,28 @@ pub fn observed_failure(o: &Observations) -> Option<(Severity, String)> {
             format!("cuInit returned {r} ({})", cu_result_name(r)),
         ));
     }
-    let (path, errno) = o.failed_opens.first()?;
+    if let (Some(call), Some(r)) = (&o.context_call, o.context_result.filter(|r| *r != 0)) {
+        return Some((
+            Severity::Critical,
+            format!("{call} returned {r} ({})", cu_result_name(r)),
+        ));
+    }
+    if let Some((path, errno)) = o.failed_opens.first() {
+        return Some((
+            Severity::Warning,
+            format!("open of {path} failed ({errno})"),
+        ));
+    }
+    // A failed driver call inside a cuInit that returned 0 was tolerated by the library
+    // (NVIDIA's libcuda retries or skips some RM controls): no failure. One seen outside a
+    // cuInit, or in one whose end was not seen, is.
+    let c = o
+        .failed_call
+        .as_ref()
+        .filter(|c| !c.result.is_empty() && o.cuinit_result != Some(0))?;
     Some((
         Severity::Warning,
-        format!("open of {path} failed ({errno})"),
+        format!("{} failed ({})", c.what(), c.result),
     ))
 }
 
@@ -336,12 +355,9 @@ fn item(what: &str, value: impl Into<String>, source: impl Into<String>) -> Evid
 
 fn call_text(c: &SeenCall) -> String {
     if c.result.is_empty() {
-        format!("{} on {}, in flight for {:.1} s", c.call, c.node, c.seconds)
+        format!("{}, in flight for {:.1} s", c.what(), c.seconds)
     } else {
-        format!(
-            "{} on {} -> {} ({:.3} s)",
-            c.call, c.node, c.result, c.seconds
-        )
+        format!("{} -> {} ({:.3} s)", c.what(), c.result, c.seconds)
     }
 }
 
@@ -374,6 +390,13 @@ fn unexplained(o: &Observations, severity: Severity, what: &str) -> Finding {
     }
     if let Some(c) = &o.failed_call {
         evidence.push(item("failed driver call", call_text(c), SRC_IOCTL));
+    }
+    if let (Some(call), Some(r)) = (&o.context_call, o.context_result) {
+        evidence.push(item(
+            call,
+            format!("{r} ({}){}", cu_result_name(r), secs(o.context_seconds)),
+            format!("probe:{call}"),
+        ));
     }
     for (path, errno) in &o.failed_opens {
         evidence.push(item("open", format!("{path}: {errno}"), SRC_OPENAT));
@@ -623,6 +646,64 @@ mod tests {
             "a failure was observed that no rule explains: open of /dev/nvidia-uvm-tools \
              failed (EBUSY)"
         );
+    }
+
+    /// Every failed call the observations record counts: a context or device call, and a
+    /// driver call outside a cuInit seen returning 0; near misses: the same calls that
+    /// succeeded, and a failed driver call the cuInit went on past.
+    #[test]
+    fn every_recorded_failed_call_is_a_failure() {
+        let e = healthy_open_host();
+        // A failed cuCtxCreate_v2 (46) recorded in an observations file, cuInit fine.
+        let o = watched()
+            .cuinit(0, 0.2)
+            .opens(4)
+            .context("cuCtxCreate_v2", 46, 0.01);
+        assert_eq!(
+            observed_failure(&o),
+            Some((
+                Severity::Critical,
+                "cuCtxCreate_v2 returned 46 (CUDA_ERROR_DEVICE_UNAVAILABLE)".into()
+            ))
+        );
+        let findings = judge(&e, &o);
+        assert!(!findings.is_empty(), "healthy over a failed cuCtxCreate_v2");
+        assert!(findings[0].severity == Severity::Critical, "{findings:#?}");
+        let u = findings.iter().find(|f| f.rule == UNEXPLAINED);
+        if let Some(u) = u {
+            assert!(u
+                .evidence
+                .iter()
+                .any(|i| i.source == "probe:cuCtxCreate_v2" && i.value.starts_with("46")));
+        }
+        // Near miss: the same call succeeded.
+        let o = watched()
+            .cuinit(0, 0.2)
+            .opens(4)
+            .context("cuCtxCreate_v2", 0, 0.01);
+        assert_eq!(observed_failure(&o), None);
+        assert_eq!(judge(&e, &o), vec![]);
+
+        // A failed driver call, no cuInit seen (the process's library was loaded before
+        // the probes): a warning.
+        let o = watched().failed_call("UVM_REGISTER_GPU", "", "NV_ERR_NO_MEMORY");
+        assert_eq!(
+            observed_failure(&o),
+            Some((
+                Severity::Warning,
+                "UVM_REGISTER_GPU failed (NV_ERR_NO_MEMORY)".into()
+            ))
+        );
+        assert!(judge(&e, &o)
+            .iter()
+            .any(|f| f.severity >= Severity::Warning));
+        // Near miss: inside a cuInit that returned 0, the library went on past it.
+        let o = watched().cuinit(0, 0.2).failed_call(
+            "NV_ESC_RM_CONTROL",
+            "/dev/nvidiactl",
+            "NV_ERR_INVALID_LOCK_STATE",
+        );
+        assert_eq!(observed_failure(&o), None);
     }
 
     #[test]

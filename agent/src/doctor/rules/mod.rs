@@ -65,6 +65,11 @@ pub struct Rule {
     pub title: &'static str,
     /// The check: a finding when the class applies, `None` otherwise.
     pub check: fn(&Evidence, &Observations) -> Option<Finding>,
+    /// Rules whose finding already explains what this one would say: when one of them fires
+    /// on what the probes saw ([`Basis::Observed`]), this one's finding is left out
+    /// ([`diagnose`]). A slow successful start is no second finding beside the driver hang
+    /// the probes saw it stuck in.
+    pub yields_to: &'static [&'static str],
 }
 
 /// Every rule, in the order of the rules table of `docs/doctor.md`, with `no_gpu` before
@@ -76,72 +81,96 @@ pub const RULES: &[Rule] = &[
         id: "hmm_setup_failure",
         title: "nvidia_uvm HMM set-up fails or hangs on this kernel",
         check: hmm_setup_failure::check,
+        yields_to: &[],
     },
     Rule {
         id: "driver_hang",
         title: "a thread is stuck inside the NVIDIA driver",
         check: driver_hang::check,
+        yields_to: &[],
     },
     Rule {
         id: "no_gpu",
         title: "the NVIDIA driver sees no GPU",
         check: no_gpu::check,
+        yields_to: &[],
     },
     Rule {
         id: "node_or_module_missing",
         title: "nvidia_uvm not loaded or an NVIDIA device node missing",
         check: node_or_module_missing::check,
+        yields_to: &[],
     },
     Rule {
         id: "device_permission",
         title: "NVIDIA device node present but access denied",
         check: device_permission::check,
+        yields_to: &[],
     },
     Rule {
         id: "stale_after_suspend",
         title: "driver state broken by suspend/resume",
         check: stale_after_suspend::check,
+        yields_to: &[],
     },
     Rule {
         id: "fabric_not_ready",
         title: "NVSwitch fabric not ready (Fabric Manager)",
         check: fabric_not_ready::check,
+        yields_to: &[],
     },
     Rule {
         id: "version_mismatch",
         title: "user-space driver library and kernel module differ",
         check: version_mismatch::check,
+        yields_to: &[],
     },
     Rule {
         id: "slow_init",
         title: "cuInit succeeds but takes seconds",
         check: slow_init::check,
+        yields_to: &["driver_hang"],
     },
     Rule {
         id: "adapter_init_failure",
         title: "a GPU fails to initialize in the kernel",
         check: adapter_init_failure::check,
+        yields_to: &[],
     },
     Rule {
         id: "fork_after_init",
         title: "CUDA used in a child forked after cuInit",
         check: fork_after_init::check,
+        yields_to: &[],
     },
     Rule {
         id: "policy_or_partition",
         title: "compute mode or MIG refuses the work",
         check: policy_or_partition::check,
+        yields_to: &[],
     },
 ];
 
 /// Runs every rule and returns the findings, each with its [`Basis`], worst first
-/// ([`rank`]).
+/// ([`rank`]), without those of rules that yield to another that fired on the observations
+/// ([`Rule::yields_to`]).
 pub fn diagnose(e: &Evidence, o: &Observations) -> Vec<Finding> {
     let mut findings: Vec<Finding> = RULES
         .iter()
         .filter_map(|r| (r.check)(e, o))
         .map(settle_basis)
         .collect();
+    let fired: Vec<String> = findings
+        .iter()
+        .filter(|f| f.basis == Basis::Observed)
+        .map(|f| f.rule.clone())
+        .collect();
+    findings.retain(|f| {
+        RULES
+            .iter()
+            .find(|r| r.id == f.rule)
+            .is_none_or(|r| !r.yields_to.iter().any(|y| fired.iter().any(|id| id == y)))
+    });
     rank(&mut findings);
     findings
 }
@@ -482,6 +511,24 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             assert!(text.starts_with("# "), "{}: no title", path.display());
         }
+    }
+
+    /// A start the probes saw stuck in the driver, then return 0 after 40 s: the hang is the
+    /// finding, not a slow start beside it; near miss: the same slow start without a stuck
+    /// call is `slow_init`.
+    #[test]
+    fn a_slow_start_yields_to_the_hang_it_was_stuck_in() {
+        let e = healthy_open_host();
+        let stuck = watched()
+            .cuinit(0, 40.0)
+            .opens(4)
+            .stuck("UVM_REGISTER_GPU", "/dev/nvidia-uvm", 38.0, "D (disk sleep)");
+        let rules: Vec<String> = diagnose(&e, &stuck).into_iter().map(|f| f.rule).collect();
+        assert!(rules.contains(&"driver_hang".to_string()), "{rules:?}");
+        assert!(!rules.contains(&"slow_init".to_string()), "{rules:?}");
+        let slow = watched().cuinit(0, 40.0).opens(4);
+        let rules: Vec<String> = diagnose(&e, &slow).into_iter().map(|f| f.rule).collect();
+        assert_eq!(rules, ["slow_init"]);
     }
 
     #[test]
