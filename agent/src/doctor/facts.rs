@@ -185,11 +185,44 @@ pub struct KernelLog {
     /// 20.
     #[serde(default)]
     pub no_gpu: Vec<String>,
+    /// Lines of an nvidia module load the kernel refused before the driver ran
+    /// (`collect::kernel_log::MODULE_REFUSED_LINES`: signature, lockdown, unknown symbols,
+    /// version magic), those after the last successful load, the first 20.
+    #[serde(default)]
+    pub module_refused: Vec<String>,
     /// Bytes of older log left out: only the newest
     /// [`KERNEL_LOG_LIMIT`](crate::doctor::input::KERNEL_LOG_LIMIT) are read (0 when the
     /// log was read whole).
     #[serde(default)]
     pub dropped_bytes: u64,
+}
+
+/// An NVIDIA GPU on the PCI bus (`/sys/bus/pci/devices/<address>/`), whichever driver holds
+/// it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PciGpu {
+    /// PCI address, `0000:01:00.0`.
+    pub address: String,
+    /// PCI class code (`0x030000` VGA, `0x030200` 3D controller).
+    pub class: String,
+    /// Kernel driver bound to it (`nvidia`, `vfio-pci`, `nouveau`), the last part of its
+    /// `driver` link; `None` when no driver is bound.
+    pub driver: Option<String>,
+}
+
+/// Windows Subsystem for Linux 2: the GPU is the Windows host's, shared through `/dev/dxg`,
+/// and its user-space driver is in `/usr/lib/wsl/lib` (NVIDIA, "CUDA on WSL User Guide").
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WslInfo {
+    /// `/dev/dxg` (the DirectX kernel interface WSL2 gives a GPU through) is there.
+    pub dxg: bool,
+    /// `libcuda*` files in `/usr/lib/wsl/lib`, sorted.
+    pub libcuda: Vec<String>,
+    /// `libcuda.so*` files a Linux NVIDIA driver package installed in the distribution's own
+    /// library directories (`/usr/lib/x86_64-linux-gnu`, `/usr/lib64`, ...), which shadow
+    /// WSL's.
+    #[serde(default)]
+    pub linux_libcuda: Vec<String>,
 }
 
 /// `libcuda` a CUDA process has mapped.
@@ -258,6 +291,13 @@ pub struct Evidence {
     pub daemons: Fact<Vec<String>>,
     /// libcuda mapped by each process that has one mapped.
     pub libcuda: Fact<Vec<MappedLibcuda>>,
+    /// NVIDIA GPUs on the PCI bus (vendor `0x10de`, display class), with the driver bound
+    /// to each: what the hardware has, whether or not a driver took it.
+    #[serde(default = "absent_pci_gpus")]
+    pub pci_gpus: Fact<Vec<PciGpu>>,
+    /// WSL2's GPU interface and libraries; unavailable (not present) off WSL2.
+    #[serde(default = "absent_wsl")]
+    pub wsl: Fact<WslInfo>,
 }
 
 /// [`Evidence::smi_outcome`] of an `evidence.json` written before the fact existed.
@@ -268,6 +308,16 @@ fn absent_smi_outcome() -> Fact<SmiOutcome> {
 /// [`Evidence::gpus`] of an `evidence.json` written before the fact existed.
 fn absent_gpus() -> Fact<Vec<String>> {
     Fact::unavailable(NOT_RECORDED, "/proc/driver/nvidia/gpus")
+}
+
+/// [`Evidence::pci_gpus`] of an `evidence.json` written before the fact existed.
+fn absent_pci_gpus() -> Fact<Vec<PciGpu>> {
+    Fact::unavailable(NOT_RECORDED, "/sys/bus/pci/devices")
+}
+
+/// [`Evidence::wsl`] of an `evidence.json` written before the fact existed.
+fn absent_wsl() -> Fact<WslInfo> {
+    Fact::unavailable(NOT_RECORDED, "/usr/lib/wsl/lib")
 }
 
 /// Why a fact is unknown in an `evidence.json` written by a uvmwatch that did not read it.

@@ -18,7 +18,7 @@ use uvmwatch_testbed::snapshot::{
 use super::collect::collect;
 use super::facts::{
     ContainerInfo, DevNode, DriverInfo, Evidence, Fact, KernelInfo, KernelLog, MappedLibcuda,
-    Observations, SeenCall, SmiInfo, SmiOutcome, SmiVerdict,
+    Observations, PciGpu, SeenCall, SmiInfo, SmiOutcome, SmiVerdict,
 };
 use super::root::Root;
 
@@ -164,6 +164,18 @@ pub fn healthy_open_host() -> Evidence {
             }],
             "/proc/*/maps",
         ),
+        pci_gpus: Fact::ok(
+            vec![PciGpu {
+                address: "0000:18:00.0".into(),
+                class: "0x030200".into(),
+                driver: Some("nvidia".into()),
+            }],
+            "/sys/bus/pci/devices",
+        ),
+        wsl: Fact::unavailable(
+            "not present: not WSL2 (no /dev/dxg, no /usr/lib/wsl/lib)",
+            "/usr/lib/wsl/lib",
+        ),
     }
 }
 
@@ -187,6 +199,9 @@ pub fn no_driver_host() -> Evidence {
     e.gpus = Fact::unavailable(NO_FILE, "/proc/driver/nvidia/gpus");
     e.daemons = Fact::ok(vec![], "/proc/*/comm");
     e.libcuda = Fact::ok(vec![], "/proc/*/maps");
+    if let Ok(gpus) = &mut e.pci_gpus.value {
+        gpus.iter_mut().for_each(|g| g.driver = None);
+    }
     e
 }
 

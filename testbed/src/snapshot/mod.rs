@@ -203,6 +203,13 @@ pub struct SnapshotSpec {
     pub daemons: Vec<String>,
     /// Processes with libcuda mapped.
     pub processes: Vec<ProcessSpec>,
+    /// NVIDIA GPUs on the PCI bus, `(address, bound driver)`, written as
+    /// `sys/bus/pci/devices/<address>/{vendor,class}` and a `driver` link (none when the
+    /// driver is `None`); `None` = no `sys/bus/pci` (a snapshot that did not record it).
+    pub pci_gpus: Option<Vec<(String, Option<String>)>>,
+    /// WSL2: the `libcuda*` file names in `usr/lib/wsl/lib` (an empty directory when
+    /// empty); `None` = not WSL2. `/dev/dxg` is a [`SnapshotSpec::nodes`] entry.
+    pub wsl_libs: Option<Vec<String>>,
     /// More files `(absolute path, contents)`, written last: they replace what the other
     /// fields wrote (a real host's exact `/proc/devices`, say).
     pub files: Vec<(String, String)>,
@@ -230,6 +237,8 @@ impl Default for SnapshotSpec {
             processes: Vec::new(),
             smi_failure: None,
             gpus: Some(gpu_addresses(2)),
+            pci_gpus: None,
+            wsl_libs: None,
             files: Vec::new(),
         }
     }
@@ -318,8 +327,10 @@ pub fn standard_nodes(gpus: u32, uvm_major: u32) -> Vec<NodeSpec> {
 /// `commands/{nvidia-smi,dmesg}.txt` (when given), `manifest.json` (a failed
 /// `nvidia-smi`), `proc/{1,self}/cgroup`,
 /// `proc/1/environ`, `/.dockerenv` or `/run/.containerenv` (by container),
-/// `sys/fs/cgroup/devices/devices.list` (cgroup v1) and `proc/<pid>/{comm,maps}` of
-/// the daemons (pids from 1000) and processes, then [`SnapshotSpec::files`].
+/// `sys/fs/cgroup/devices/devices.list` (cgroup v1), `sys/bus/pci/devices/<address>/`
+/// ([`SnapshotSpec::pci_gpus`]), `usr/lib/wsl/lib/` ([`SnapshotSpec::wsl_libs`]) and
+/// `proc/<pid>/{comm,maps}` of the daemons (pids from 1000) and processes, then
+/// [`SnapshotSpec::files`].
 ///
 /// Errors: writing under `dir` failed.
 pub fn write_snapshot_fixture(dir: &Path, spec: &SnapshotSpec) -> io::Result<()> {
@@ -416,6 +427,26 @@ pub fn write_snapshot_fixture(dir: &Path, spec: &SnapshotSpec) -> io::Result<()>
             "/manifest.json",
             &serde_json::to_vec_pretty(&manifest).map_err(io::Error::other)?,
         )?;
+    }
+    if let Some(gpus) = &spec.pci_gpus {
+        fs::create_dir_all(dir.join("sys/bus/pci/devices"))?;
+        for (address, driver) in gpus {
+            let d = format!("/sys/bus/pci/devices/{address}");
+            put(&format!("{d}/vendor"), b"0x10de\n")?;
+            put(&format!("{d}/class"), b"0x030200\n")?;
+            if let Some(driver) = driver {
+                std::os::unix::fs::symlink(
+                    format!("../../../../bus/pci/drivers/{driver}"),
+                    dir.join(d.trim_start_matches('/')).join("driver"),
+                )?;
+            }
+        }
+    }
+    if let Some(libs) = &spec.wsl_libs {
+        fs::create_dir_all(dir.join("usr/lib/wsl/lib"))?;
+        for lib in libs {
+            put(&format!("/usr/lib/wsl/lib/{lib}"), b"")?;
+        }
     }
     write_container(spec, &put)?;
     put("/proc/1/comm", b"systemd\n")?;

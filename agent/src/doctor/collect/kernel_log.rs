@@ -118,6 +118,53 @@ pub fn is_no_gpu_line(msg: &str) -> bool {
     })
 }
 
+/// Kernel lines of a module load refused by the kernel itself, before the driver ran:
+/// - signature enforcement (`kernel/module/signing.c`, `module_sig_check`: `Loading of
+///   unsigned module is rejected`, `... of module with unavailable key is rejected`; Secure
+///   Boot with `module.sig_enforce`);
+/// - lockdown (`security/lockdown/lockdown.c`: `Lockdown: modprobe: unsigned module loading
+///   is restricted; see man kernel_lockdown.7`);
+/// - a module built for another kernel (`kernel/module/main.c`, `kernel/module/version.c`:
+///   `nvidia: Unknown symbol ... (err -2)`, `nvidia: disagrees about version of symbol ...`,
+///   `nvidia: version magic '...' should be '...'`, `module nvidia: .gnu.linkonce.this_module
+///   section size must match ...`);
+/// - the open module on a GPU without GSP (pre-Turing), which fails its probe so that the
+///   module does not load (`kernel-open/nvidia/nv-pci.c`, 580.65.06: `NVRM: installed in this
+///   system is not supported by open` / `NVRM: nvidia.ko because it does not include the
+///   required GPU` / `NVRM: System Processor (GSP).`).
+///
+/// The signature and lockdown lines name no module: the rule weighs them with the rest.
+pub const MODULE_REFUSED_LINES: &[&str] = &[
+    "Loading of unsigned module is rejected",
+    "Loading of module with unavailable key is rejected",
+    "unsigned module loading is restricted",
+    ": Unknown symbol ",
+    ": disagrees about version of symbol ",
+    ": version magic '",
+    "section size must match the kernel's built struct module size",
+    "is not supported by open",
+];
+
+/// Whether a kernel message is one of [`MODULE_REFUSED_LINES`]; those that name a module
+/// only for an `nvidia*` module.
+pub fn is_module_refused_line(msg: &str) -> bool {
+    MODULE_REFUSED_LINES.iter().any(|p| {
+        msg.contains(p)
+            && match *p {
+                ": Unknown symbol "
+                | ": disagrees about version of symbol "
+                | ": version magic '" => msg.starts_with("nvidia"),
+                "section size must match the kernel's built struct module size" => {
+                    msg.starts_with("module nvidia")
+                }
+                _ => true,
+            }
+    })
+}
+
+/// Most [`KernelLog::module_refused`] lines kept.
+pub const MAX_MODULE_REFUSED_LINES: usize = 20;
+
 /// Most lines of a kernel report (after its first line) searched for nvidia frames.
 const MAX_REPORT_LINES: usize = 120;
 
@@ -138,7 +185,10 @@ const MAX_REPORT_LINES: usize = 120;
 ///   `ACPI: PM: Waking up` line after the last `nvidia-uvm: Loaded the UVM driver` line;
 /// - `no_gpu`: the lines of a driver load refused for want of a GPU ([`NO_GPU_LINES`]) after
 ///   the last `NVRM: loading ...` line (a later successful load makes them history), the
-///   first [`MAX_NO_GPU_LINES`].
+///   first [`MAX_NO_GPU_LINES`];
+/// - `module_refused`: the lines of a module load the kernel refused
+///   ([`MODULE_REFUSED_LINES`]) after the last `NVRM: loading ...` line, the first
+///   [`MAX_MODULE_REFUSED_LINES`].
 ///
 /// Lines are kept as they were read (with their timestamps), a line longer than
 /// [`MAX_KEPT_LINE_BYTES`] cut by [`clip`]; of `adapter_init_failed`, `hmm_errors` and
@@ -159,6 +209,10 @@ pub fn parse_kernel_log(text: &str) -> KernelLog {
         let msg = kernel_message(line);
         if msg.starts_with(DRIVER_LOADED) {
             log.no_gpu.clear();
+            log.module_refused.clear();
+        }
+        if log.module_refused.len() < MAX_MODULE_REFUSED_LINES && is_module_refused_line(msg) {
+            log.module_refused.push(keep(line));
         }
         if log.no_gpu.len() < MAX_NO_GPU_LINES && is_no_gpu_line(msg) {
             log.no_gpu.push(keep(line));
@@ -410,6 +464,38 @@ Jan 15 09:41:40 gpu17 kernel: NVRM: Xid (0000:18:00): 13, Graphics SM Warp Excep
         let log = parse_kernel_log(&many);
         assert_eq!(log.nvidia_lines.len(), MAX_NVIDIA_LINES);
         assert!(log.nvidia_lines[0].ends_with("line 50"));
+    }
+
+    #[test]
+    fn kernel_log_module_refusals_after_the_last_load() {
+        // Secure Boot with an unsigned DKMS build (lockdown and signature lines, as public
+        // reports of Ubuntu and Fedora hosts show them), then a build for another kernel.
+        let refused = "\
+[    5.101002] Lockdown: modprobe: unsigned module loading is restricted; see man kernel_lockdown.7
+[    5.101010] Loading of unsigned module is rejected
+[    6.220001] nvidia: Unknown symbol drm_gem_prime_export (err -2)
+[    6.220002] nvidia_uvm: disagrees about version of symbol nvUvmInterfaceRegisterGpu
+[    6.220003] nvme: Unknown symbol foo (err -2)
+[    6.220004] nvidia: module verification failed: signature and/or required key missing - tainting kernel
+";
+        let log = parse_kernel_log(refused);
+        assert_eq!(log.module_refused.len(), 4, "{:#?}", log.module_refused);
+        assert!(log.module_refused[0].contains("Lockdown: modprobe"));
+        assert!(log.module_refused[3].contains("nvidia_uvm: disagrees"));
+        // A load that went through later makes them history; the taint notice of an
+        // unsigned module that did load is never a refusal.
+        let later = format!(
+            "{refused}[   90.000000] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  550.163.01  Release Build  (buildd@debian)  Mon Jul 21 21:45:24 UTC 2025\n"
+        );
+        assert!(parse_kernel_log(&later).module_refused.is_empty());
+        assert!(!is_module_refused_line(
+            "nvidia: module verification failed: signature and/or required key missing - tainting kernel"
+        ));
+        let many = "[ 1.0] Loading of unsigned module is rejected\n".repeat(50);
+        assert_eq!(
+            parse_kernel_log(&many).module_refused.len(),
+            MAX_MODULE_REFUSED_LINES
+        );
     }
 
     #[test]

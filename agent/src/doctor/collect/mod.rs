@@ -11,7 +11,8 @@
 //! (`/proc/modules`, `/proc/devices`), [`dev_nodes`] (`/dev/nvidia*`), [`container`]
 //! (cgroups, runtime markers), [`kernel`] (release, config, command line, `/proc/iomem`),
 //! [`smi`] (`nvidia-smi -q` and how it ended), [`kernel_log`], [`processes`] (daemons,
-//! mapped libcuda).
+//! mapped libcuda), [`pci`] (NVIDIA GPUs on the PCI bus and their drivers), [`wsl`] (WSL2's
+//! GPU interface and libraries).
 
 pub mod container;
 pub mod dev_nodes;
@@ -19,8 +20,10 @@ pub mod driver;
 pub mod kernel;
 pub mod kernel_log;
 pub mod modules;
+pub mod pci;
 pub mod processes;
 pub mod smi;
+pub mod wsl;
 
 use std::io;
 
@@ -60,6 +63,8 @@ pub fn collect(root: &Root) -> Evidence {
         kernel_log: kernel_log::collect_kernel_log(root),
         daemons,
         libcuda,
+        pci_gpus: pci::collect_pci_gpus(root),
+        wsl: wsl::collect_wsl(root),
     }
 }
 
