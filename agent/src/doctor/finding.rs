@@ -177,6 +177,11 @@ pub struct Finding {
     pub fix: Vec<FixStep>,
     /// Runbook path in the repository: `docs/runbooks/<rule>.md`.
     pub runbook: String,
+    /// For a finding short of high confidence: the one command whose output confirms this
+    /// cause or rules it out, telling it apart from the other causes that fit
+    /// ([`Rule::tell_apart`](super::rules::Rule::tell_apart)). Absent when certain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tell_apart: Option<String>,
 }
 
 impl Finding {
@@ -240,6 +245,7 @@ mod tests {
                 step(Where::Container, &["c"], "n"),
             ],
             runbook: "docs/runbooks/hmm_setup_failure.md".into(),
+            tell_apart: None,
         };
         assert_eq!(
             f.evidence_text(),

@@ -460,6 +460,7 @@ fn unexplained(o: &Observations, severity: Severity, what: &str) -> Finding {
             },
         ],
         runbook: format!("docs/runbooks/{UNEXPLAINED}.md"),
+        tell_apart: None,
     }
 }
 

@@ -202,6 +202,7 @@ pub fn render_text(r: &Report, color: bool) -> String {
     );
     let _ = writeln!(out, "  {}", r.observations_line());
     render_snapshot_problems(&mut out, r);
+    render_candidates(&mut out, findings);
     for f in findings {
         out.push('\n');
         render_finding(&mut out, f, &p);
@@ -228,6 +229,39 @@ fn render_snapshot_problems(out: &mut String, r: &Report) {
     let _ = writeln!(out, "  could not use the snapshot's own files:");
     for problem in r.snapshot_problems {
         let _ = writeln!(out, "    - {}", shown(problem));
+    }
+}
+
+/// When more than one cause of warning or worse fits and one of them is uncertain: the
+/// causes, most likely first, each with the command that tells it apart
+/// ([`Finding::tell_apart`]), so the reader runs one command instead of guessing.
+fn render_candidates(out: &mut String, findings: &[Finding]) {
+    let fit: Vec<&Finding> = findings
+        .iter()
+        .filter(|f| f.severity >= Severity::Warning)
+        .collect();
+    if fit.len() < 2 || fit.iter().all(|f| f.tell_apart.is_none()) {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "  {} causes fit, most likely first; what tells them apart:",
+        fit.len()
+    );
+    for (n, f) in fit.iter().enumerate() {
+        let how = f
+            .tell_apart
+            .as_deref()
+            .map(shown)
+            .unwrap_or_else(|| "(high confidence: its defining signal was seen)".to_string());
+        let _ = writeln!(
+            out,
+            "    {}. {} ({}, {}): {how}",
+            n + 1,
+            f.rule,
+            f.severity.as_str(),
+            f.confidence.as_str()
+        );
     }
 }
 
@@ -281,6 +315,9 @@ fn render_finding(out: &mut String, f: &Finding, p: &Paint) {
                 let _ = writeln!(out, "         $ {}", shown(c));
             }
         }
+    }
+    if let Some(how) = &f.tell_apart {
+        let _ = writeln!(out, "  to tell it apart: {}", shown(how));
     }
     let _ = writeln!(out, "  runbook: {}", f.runbook);
 }
@@ -562,6 +599,7 @@ mod tests {
             unchecked: vec![],
             fix: vec![],
             runbook: "docs/runbooks/slow_init.md".into(),
+            tell_apart: None,
         };
         assert_eq!(exit_code(&[]), EXIT_HEALTHY);
         assert_eq!(exit_code(&[f(Severity::Info)]), EXIT_HEALTHY);

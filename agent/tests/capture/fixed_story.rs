@@ -175,6 +175,7 @@ pub(crate) fn story() -> Capture {
         unchecked: vec![],
         fix: vec![],
         runbook: "docs/runbooks/uvm_register_gpu_hang.md".into(),
+        tell_apart: None,
     };
     let d = Kind::Diagnosis(Diagnosis {
         finding: Arc::new(finding),

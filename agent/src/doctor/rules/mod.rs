@@ -42,12 +42,14 @@ mod fabric_not_ready;
 mod finding_checks;
 mod fork_after_init;
 mod hmm_setup_failure;
+mod module_refused;
 mod no_gpu;
 mod node_or_module_missing;
 mod policy_or_partition;
 mod slow_init;
 mod stale_after_suspend;
 mod version_mismatch;
+mod wsl2;
 
 pub use hmm_setup_failure::HMM_CONF;
 pub use policy_or_partition::device_count_disagrees;
@@ -65,6 +67,10 @@ pub struct Rule {
     pub title: &'static str,
     /// The check: a finding when the class applies, `None` otherwise.
     pub check: fn(&Evidence, &Observations) -> Option<Finding>,
+    /// The one command whose output confirms this class or rules it out, set on its
+    /// findings short of high confidence ([`Finding::tell_apart`]): when several causes fit,
+    /// the report lists them most likely first, each with what tells it apart.
+    pub tell_apart: &'static str,
     /// Rules whose finding already explains what this one would say: when one of them fires
     /// on what the probes saw ([`Basis::Observed`]), this one's finding is left out
     /// ([`diagnose`]). A slow successful start is no second finding beside the driver hang
@@ -81,72 +87,98 @@ pub const RULES: &[Rule] = &[
         id: "hmm_setup_failure",
         title: "nvidia_uvm HMM set-up fails or hangs on this kernel",
         check: hmm_setup_failure::check,
+        tell_apart: "sudo modprobe -r nvidia_uvm && sudo modprobe nvidia_uvm uvm_disable_hmm=1, then start the failing program again: it starts now if HMM set-up was the cause (reload without the parameter to undo)",
         yields_to: &[],
     },
     Rule {
         id: "driver_hang",
         title: "a thread is stuck inside the NVIDIA driver",
         check: driver_hang::check,
+        tell_apart: "sudo cat /proc/<pid>/task/<tid>/stack: frames in uvm_* or nv_* functions mean the driver holds the thread",
+        yields_to: &[],
+    },
+    Rule {
+        id: "module_refused",
+        title: "the kernel refused the nvidia module (signature, another kernel's build)",
+        check: module_refused::check,
+        tell_apart: "sudo modprobe nvidia; sudo dmesg | tail -n 5 && mokutil --sb-state: the kernel's own reason for refusing it",
         yields_to: &[],
     },
     Rule {
         id: "no_gpu",
         title: "the NVIDIA driver sees no GPU",
         check: no_gpu::check,
+        tell_apart: "lspci -nnk -d 10de:: each NVIDIA GPU and the kernel driver in use for it (nvidia, vfio-pci, nouveau or none)",
+        yields_to: &[],
+    },
+    Rule {
+        id: "wsl2",
+        title: "CUDA on WSL2: the Windows driver's GPU not reachable",
+        check: wsl2::check,
+        tell_apart: "/usr/lib/wsl/lib/nvidia-smi -L && ldconfig -p | grep libcuda: the GPU through WSL's own tools, and only WSL's libcuda found",
         yields_to: &[],
     },
     Rule {
         id: "node_or_module_missing",
         title: "nvidia_uvm not loaded or an NVIDIA device node missing",
         check: node_or_module_missing::check,
-        yields_to: &[],
+        tell_apart: "lsmod | grep -E '^nvidia(_uvm)? ' && ls -l /dev/nvidia*: the modules loaded and the nodes there (inside the container for a container)",
+        yields_to: &["module_refused", "no_gpu"],
     },
     Rule {
         id: "device_permission",
         title: "NVIDIA device node present but access denied",
         check: device_permission::check,
+        tell_apart: "ls -l /dev/nvidia* && id: each node's owner and mode against your user and groups (in a cgroup v1 container also cat /sys/fs/cgroup/devices/devices.list)",
         yields_to: &[],
     },
     Rule {
         id: "stale_after_suspend",
         title: "driver state broken by suspend/resume",
         check: stale_after_suspend::check,
+        tell_apart: "journalctl -k -b | grep -E 'nvidia-uvm: Loaded|PM: suspend exit': a resume after nvidia_uvm was loaded",
         yields_to: &[],
     },
     Rule {
         id: "fabric_not_ready",
         title: "NVSwitch fabric not ready (Fabric Manager)",
         check: fabric_not_ready::check,
+        tell_apart: "nvidia-smi -q | grep -A3 Fabric: State Completed with Status Success once Fabric Manager has registered the GPU",
         yields_to: &[],
     },
     Rule {
         id: "version_mismatch",
         title: "user-space driver library and kernel module differ",
         check: version_mismatch::check,
+        tell_apart: "cat /proc/driver/nvidia/version && ls -l /usr/lib/x86_64-linux-gnu/libcuda.so.*: the kernel module's version against the library's",
         yields_to: &[],
     },
     Rule {
         id: "slow_init",
         title: "cuInit succeeds but takes seconds",
         check: slow_init::check,
+        tell_apart: "nvidia-smi -q | grep 'Persistence Mode' && time nvidia-smi -L: persistence off and a slow first call",
         yields_to: &["driver_hang"],
     },
     Rule {
         id: "adapter_init_failure",
         title: "a GPU fails to initialize in the kernel",
         check: adapter_init_failure::check,
+        tell_apart: "sudo dmesg | grep -E 'RmInitAdapter|Xid': the GPU that did not come up and the driver's reason",
         yields_to: &[],
     },
     Rule {
         id: "fork_after_init",
         title: "CUDA used in a child forked after cuInit",
         check: fork_after_init::check,
+        tell_apart: "strace -f -e trace=clone,clone3,fork,vfork,execve <program>: a child cloned without execve after the parent's cuInit",
         yields_to: &[],
     },
     Rule {
         id: "policy_or_partition",
         title: "compute mode or MIG refuses the work",
         check: policy_or_partition::check,
+        tell_apart: "nvidia-smi --query-gpu=index,compute_mode,mig.mode.current --format=csv and echo $CUDA_VISIBLE_DEVICES",
         yields_to: &[],
     },
 ];
@@ -157,7 +189,7 @@ pub const RULES: &[Rule] = &[
 pub fn diagnose(e: &Evidence, o: &Observations) -> Vec<Finding> {
     let mut findings: Vec<Finding> = RULES
         .iter()
-        .filter_map(|r| (r.check)(e, o))
+        .filter_map(|r| (r.check)(e, o).map(|f| with_tell_apart(f, r)))
         .map(settle_basis)
         .collect();
     let fired: Vec<String> = findings
@@ -173,6 +205,15 @@ pub fn diagnose(e: &Evidence, o: &Observations) -> Vec<Finding> {
     });
     rank(&mut findings);
     findings
+}
+
+/// Sets [`Finding::tell_apart`] from the rule's command when the finding is short of high
+/// confidence and its rule did not set a more specific one.
+fn with_tell_apart(mut f: Finding, r: &Rule) -> Finding {
+    if f.confidence < Confidence::High && f.tell_apart.is_none() && !r.tell_apart.is_empty() {
+        f.tell_apart = Some(r.tell_apart.to_string());
+    }
+    f
 }
 
 /// Sorts findings worst first: by severity, then what they rest on (an observed finding
@@ -209,6 +250,10 @@ pub fn is_probe_source(source: &str) -> bool {
 /// no `nvidia` module in `/proc/modules` and no `/dev/nvidia*` node. `None` when any trace of
 /// the driver exists (or when it cannot be told).
 pub fn no_driver(e: &Evidence) -> Option<String> {
+    // On WSL2 the driver is the Windows host's ([`wsl2`]).
+    if wsl2(e) {
+        return None;
+    }
     let why = match &e.driver.value {
         Ok(_) => return None,
         Err(u) => u.why.clone(),
@@ -317,6 +362,15 @@ fn observed(o: &Observations) -> bool {
         || o.context_result.is_some()
 }
 
+/// Whether this is WSL2: `/dev/dxg` or WSL's libraries are there, or the kernel is
+/// Microsoft's WSL2 kernel (`5.15.153.1-microsoft-standard-WSL2`).
+pub fn wsl2(e: &Evidence) -> bool {
+    e.wsl.get().is_some_and(|w| w.dxg || !w.libcuda.is_empty())
+        || e.kernel
+            .get()
+            .is_some_and(|k| k.release.contains("microsoft-standard-WSL2"))
+}
+
 /// `cuInit` returned one of `codes`.
 fn cuinit_is(o: &Observations, codes: &[i64]) -> bool {
     o.cuinit_result.is_some_and(|r| codes.contains(&r))
@@ -347,6 +401,7 @@ fn finding(rule: &str, severity: Severity, confidence: Confidence, title: String
         unchecked: Vec::new(),
         fix: Vec::new(),
         runbook: format!("docs/runbooks/{rule}.md"),
+        tell_apart: None,
     }
 }
 
@@ -454,7 +509,9 @@ mod tests {
             [
                 "hmm_setup_failure",
                 "driver_hang",
+                "module_refused",
                 "no_gpu",
+                "wsl2",
                 "node_or_module_missing",
                 "device_permission",
                 "stale_after_suspend",
@@ -519,10 +576,12 @@ mod tests {
     #[test]
     fn a_slow_start_yields_to_the_hang_it_was_stuck_in() {
         let e = healthy_open_host();
-        let stuck = watched()
-            .cuinit(0, 40.0)
-            .opens(4)
-            .stuck("UVM_REGISTER_GPU", "/dev/nvidia-uvm", 38.0, "D (disk sleep)");
+        let stuck = watched().cuinit(0, 40.0).opens(4).stuck(
+            "UVM_REGISTER_GPU",
+            "/dev/nvidia-uvm",
+            38.0,
+            "D (disk sleep)",
+        );
         let rules: Vec<String> = diagnose(&e, &stuck).into_iter().map(|f| f.rule).collect();
         assert!(rules.contains(&"driver_hang".to_string()), "{rules:?}");
         assert!(!rules.contains(&"slow_init".to_string()), "{rules:?}");

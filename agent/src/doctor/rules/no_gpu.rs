@@ -59,7 +59,7 @@ pub(super) fn check(e: &Evidence, o: &Observations) -> Option<Finding> {
     let mut f = if loaded {
         loaded_without_gpu(e)?
     } else {
-        refused(e)?
+        refused(e, o)?
     };
     push_observed(&mut f, o);
     Some(f)
@@ -89,11 +89,13 @@ fn loaded_without_gpu(e: &Evidence) -> Option<Finding> {
     let no_gpu_nodes = gpu_nodes.as_ref().map(|n| n.is_empty());
     let container = container_kind(e);
 
+    let holder = held_elsewhere(e);
     let (sub, confidence) = match registered {
         Some(g) if g.is_empty() => (
             Sub::NoneRegistered,
-            // Nodes left from an earlier load (they outlive the driver) or made by hand.
-            if no_gpu_nodes == Some(false) {
+            // Nodes left from an earlier load (they outlive the driver) or made by hand;
+            // a GPU seen held by another driver settles it.
+            if no_gpu_nodes == Some(false) && holder.is_none() {
                 Confidence::Medium
             } else {
                 Confidence::High
@@ -106,6 +108,15 @@ fn loaded_without_gpu(e: &Evidence) -> Option<Finding> {
             None if ambiguous => (Sub::NoneUsable, Confidence::Low),
             None => (Sub::NoneUsable, Confidence::Medium),
         },
+        // A container with no NVIDIA node at all while the host's driver has GPUs, and
+        // nvidia-smi not listing any here (not captured, or none): started without a GPU.
+        Some(_)
+            if container.is_some()
+                && e.dev_nodes.get().is_some_and(|n| n.is_empty())
+                && e.smi.get().is_none() =>
+        {
+            (Sub::NotInContainer, Confidence::Medium)
+        }
         Some(_) => return None,
         // The driver's list is unknown (a snapshot taken without it): NVML alone.
         None if smi_no_gpu.is_none() => return None,
@@ -125,9 +136,15 @@ fn loaded_without_gpu(e: &Evidence) -> Option<Finding> {
             "the NVIDIA driver {version}is loaded with NVSwitches but no GPU: CUDA cannot start \
              on an NVSwitch-only node"
         ),
-        Sub::NoneRegistered => {
-            format!("the NVIDIA driver {version}is loaded but sees no GPU: CUDA cannot start")
-        }
+        Sub::NoneRegistered => match &holder {
+            Some((addr, drv)) => format!(
+                "the NVIDIA driver {version}is loaded but sees no GPU: GPU {addr} is bound to \
+                 {drv}: CUDA cannot start"
+            ),
+            None => {
+                format!("the NVIDIA driver {version}is loaded but sees no GPU: CUDA cannot start")
+            }
+        },
         Sub::NotInContainer => format!(
             "the host's NVIDIA driver has {count} GPU(s), but none was given to this container \
              ({}): CUDA cannot start",
@@ -213,7 +230,7 @@ fn loaded_without_gpu(e: &Evidence) -> Option<Finding> {
         .into_iter()
         .flatten(),
     );
-    f.unchecked.push(PCI_UNCHECKED.to_string());
+    push_pci(&mut f, e);
     if let Some(kind) = container {
         f.unchecked.push(format!(
             "which GPUs the host has and gives to containers: this is a container ({kind}); \
@@ -224,15 +241,62 @@ fn loaded_without_gpu(e: &Evidence) -> Option<Finding> {
     Some(f)
 }
 
+/// The first NVIDIA GPU on the PCI bus bound to another kernel driver than `nvidia`
+/// (`vfio-pci`, `nouveau`): `(address, driver)`.
+fn held_elsewhere(e: &Evidence) -> Option<(String, String)> {
+    e.pci_gpus.get()?.iter().find_map(|g| {
+        g.driver
+            .as_deref()
+            .filter(|d| *d != "nvidia")
+            .map(|d| (g.address.clone(), d.to_string()))
+    })
+}
+
+/// What the PCI bus says: each NVIDIA GPU and the driver bound to it, none on the bus, or
+/// that it could not be read.
+fn push_pci(f: &mut Finding, e: &Evidence) {
+    let src = e.pci_gpus.source.clone();
+    match e.pci_gpus.get() {
+        Some(gpus) if gpus.is_empty() => f.evidence.push(item(
+            "PCI bus",
+            "no NVIDIA GPU on it (vendor 10de, display class)",
+            src,
+        )),
+        Some(gpus) => {
+            for g in gpus.iter().take(8) {
+                let drv = g.driver.as_deref().unwrap_or("none");
+                f.evidence.push(item(
+                    "GPU on the PCI bus",
+                    format!("{} (class {}), kernel driver: {drv}", g.address, g.class),
+                    src.clone(),
+                ));
+            }
+        }
+        None => f.unchecked.extend(unknown(&e.pci_gpus, PCI_UNCHECKED)),
+    }
+}
+
 /// The finding for a driver that refused to load for want of a GPU, without what the probes
 /// saw: the kernel log's own lines after the last load.
-fn refused(e: &Evidence) -> Option<Finding> {
+fn refused(e: &Evidence, o: &Observations) -> Option<Finding> {
     let lines = klog(e).map(|l| l.no_gpu.as_slice()).unwrap_or(&[]);
-    if lines.is_empty() {
+    let pci_holder = held_elsewhere(e);
+    // Without the driver's own lines, a GPU held by another driver explains a CUDA failure
+    // seen, or NVIDIA's tools finding no driver (a host that just has no NVIDIA driver
+    // wanted is no finding).
+    let failed = o.cuinit_result.is_some_and(|r| r != cu::SUCCESS)
+        || !o.failed_opens.is_empty()
+        || e.smi_outcome
+            .get()
+            .is_some_and(|s| s.verdict == SmiVerdict::NoDriver);
+    if lines.is_empty() && !(failed && pci_holder.is_some()) {
         return None;
     }
     let has = |p: &str| lines.iter().any(|l| l.contains(p));
-    let holder = lines.iter().find_map(|l| bound_to(l));
+    let holder = lines
+        .iter()
+        .find_map(|l| bound_to(l))
+        .or(pci_holder.map(|(addr, drv)| format!("{drv} (GPU {addr})")));
     let sub = if has("No NVIDIA GPU found") {
         Sub::RefusedNoDevice
     } else if holder.is_some() || has("probe routine was not called") || has("devices probed") {
@@ -277,7 +341,7 @@ fn refused(e: &Evidence) -> Option<Finding> {
         f.evidence
             .push(item("runs in", kind, e.container.source.clone()));
     }
-    f.unchecked.push(PCI_UNCHECKED.to_string());
+    push_pci(&mut f, e);
     if sub == Sub::RefusedFailed {
         f.unchecked.push(
             "why each GPU failed its probe: the lines just before these in the kernel log say \
@@ -359,9 +423,9 @@ fn excluded_gpus(e: &Evidence) -> Vec<EvidenceItem> {
         .collect()
 }
 
-/// What the rule cannot see: the PCI bus.
-const PCI_UNCHECKED: &str = "the PCI bus: uvmwatch does not read which NVIDIA devices are on \
-     it or which kernel driver holds each (lspci in the fix)";
+/// What the rule could not see: the PCI bus.
+const PCI_UNCHECKED: &str = "the PCI bus: which NVIDIA devices are on it and which kernel \
+     driver holds each (lspci in the fix)";
 
 /// The fix of each way the driver sees no GPU.
 fn fix(e: &Evidence, sub: Sub, nvswitch: bool) -> Vec<FixStep> {
@@ -477,6 +541,7 @@ mod tests {
     fn gpuless_host() -> Evidence {
         healthy_open_host().without_node("/dev/nvidia0").with(|e| {
             e.gpus = Fact::ok(vec![], "/proc/driver/nvidia/gpus");
+            e.pci_gpus = Fact::ok(vec![], "/sys/bus/pci/devices");
             e.smi = Fact::unavailable(
                 format!("failed: `nvidia-smi -q` ended with exit status 255: {NO_SUPPORTED}"),
                 "nvidia-smi -q",
@@ -523,7 +588,37 @@ mod tests {
             assert!(has_fix(&f, Where::Host, cmd), "{cmd}: {:#?}", f.fix);
         }
         assert!(has_fix(&f, Where::Any, "dmesg | grep -E 'NVRM|Xid'"));
+        assert_eq!(
+            evidence_from(&f, "PCI bus", "/sys/bus/pci/devices"),
+            "no NVIDIA GPU on it (vendor 10de, display class)"
+        );
+        // The PCI bus unread: said so.
+        let unread = gpuless_host().with(|e| {
+            e.pci_gpus = Fact::unavailable("not present: no /sys", "/sys/bus/pci/devices")
+        });
+        let f = run("no_gpu", &unread, &plain()).expect("finding");
         assert!(unchecked_mentions(&f, "the PCI bus"));
+        // A GPU on the bus held by vfio-pci: named in the title, high even with stale nodes.
+        let held = gpuless_host().with(|e| {
+            e.pci_gpus = healthy_open_host().pci_gpus;
+            if let Ok(g) = &mut e.pci_gpus.value {
+                g[0].driver = Some("vfio-pci".into());
+            }
+            e.dev_nodes = healthy_open_host().dev_nodes;
+        });
+        let f = run("no_gpu", &held, &plain()).expect("finding");
+        assert_eq!(f.confidence, Confidence::High);
+        assert!(f.title.contains("bound to vfio-pci"), "{}", f.title);
+        // Not loaded, nouveau holds the GPU, cuInit failed: no_gpu names nouveau; without a
+        // failure a host without the NVIDIA driver is no finding.
+        let nouveau = no_driver_host().with(|e| {
+            if let Ok(g) = &mut e.pci_gpus.value {
+                g[0].driver = Some("nouveau".into());
+            }
+        });
+        let f = run("no_gpu", &nouveau, &watched().cuinit(100, 0.05)).expect("finding");
+        assert!(f.title.contains("nouveau"), "{}", f.title);
+        assert_eq!(run("no_gpu", &nouveau, &plain()), None);
         // The healthy host, the same driver: nothing.
         assert_eq!(run("no_gpu", &healthy_open_host(), &plain()), None);
     }
@@ -845,19 +940,16 @@ mod tests {
     }
 
     #[test]
-    fn no_gpu_ranks_before_the_missing_node_it_explains() {
-        // The refused driver, and a process whose open of nvidiactl found nothing: both
-        // named, the cause first.
+    fn no_gpu_stands_alone_over_the_missing_node_it_explains() {
+        // The refused driver, and a process whose open of nvidiactl found nothing: the node
+        // is missing because the driver refused to load, so `node_or_module_missing` yields
+        // to the cause (`Rule::yields_to`) instead of standing beside it.
         let e = snapshot_evidence(&driver_refused_no_gpu());
         let o = watched()
             .cuinit(100, 0.002)
             .failed_open("/dev/nvidiactl", "ENOENT");
         let fs = diagnose(&e, &o);
-        assert_eq!(
-            rules_of(&fs),
-            ["no_gpu", "node_or_module_missing"],
-            "{fs:#?}"
-        );
+        assert_eq!(rules_of(&fs), ["no_gpu"], "{fs:#?}");
         assert_eq!(fs[0].basis, Basis::Observed);
         assert!(
             fs[0].title.starts_with("cuInit returned 100: "),

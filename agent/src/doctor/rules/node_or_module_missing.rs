@@ -6,7 +6,7 @@ use super::super::facts::{Evidence, Observations};
 use super::super::finding::{Confidence, EvidenceItem, Finding, Severity, Where};
 use super::{
     container_kind, cu, cuinit_is, finding, host_only_note, item, no_driver, probe_unavailable,
-    push_cuinit, push_cuinit_unchecked, quick, step, unknown, SRC_CUINIT, SRC_OPENAT,
+    push_cuinit, push_cuinit_unchecked, quick, step, unknown, wsl2, SRC_CUINIT, SRC_OPENAT,
 };
 
 /// Errnos of an `open()` of a node that is missing or has no driver behind it.
@@ -17,6 +17,10 @@ const MISSING_ERRNOS: &[&str] = &["ENOENT", "ENXIO", "ENODEV"];
 /// (or `ENXIO`/`ENODEV`: a node with no driver behind it). Static: `/proc/modules`,
 /// `/proc/devices` and `/dev` disagree.
 pub(super) fn check(e: &Evidence, o: &Observations) -> Option<Finding> {
+    // WSL2 has neither the module nor the nodes: CUDA uses /dev/dxg there (rule `wsl2`).
+    if wsl2(e) {
+        return None;
+    }
     let missing: Vec<&(String, String)> = o
         .failed_opens
         .iter()

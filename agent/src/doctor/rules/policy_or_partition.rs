@@ -118,6 +118,18 @@ pub(super) fn check(e: &Evidence, o: &Observations) -> Option<Finding> {
                  holds the GPU (none seen with libcuda mapped)"
             ),
         )
+    } else if code46 && mig_on {
+        // MIG on with no GPU instance (or none given to the process): CUDA has no device it
+        // may use and answers "all CUDA-capable devices are busy or unavailable"
+        // (NVIDIA/gpu-operator#129 and #132: "there are no devices configured").
+        (
+            Severity::Critical,
+            Confidence::Medium,
+            format!(
+                "CUDA error 46 from {what46} with MIG on: no MIG device exists or none was \
+                 given to this process"
+            ),
+        )
     } else if code46 && s.is_none() {
         (
             Severity::Critical,
@@ -188,7 +200,8 @@ pub(super) fn check(e: &Evidence, o: &Observations) -> Option<Finding> {
     } else {
         return None;
     };
-    let about_mig = !code46 && (mig100 || (mig_on && count_off.is_some()));
+    let about_mig = (code46 && mig_on && prohibited == 0 && exclusive == 0)
+        || (!code46 && (mig100 || (mig_on && count_off.is_some())));
     let about_count = !code46 && !about_mig && (count_off.is_some() || past_count.is_some());
     let mut f = finding("policy_or_partition", severity, confidence, title);
     push_cuinit(&mut f, o);
@@ -417,6 +430,22 @@ mod tests {
         assert_eq!(run("policy_or_partition", &e, &missing), None);
         // MIG on, nothing failing: a deliberate set-up.
         assert_eq!(run("policy_or_partition", &e, &plain()), None);
+    }
+
+    #[test]
+    fn policy_or_partition_46_with_mig_on_and_default_compute_mode_is_mig_medium() {
+        let e = healthy_open_host().smi(|s| s.mig_mode = vec!["Enabled".into()]);
+        let o = watched().cuinit(46, 0.2).opens(4);
+        let f = run("policy_or_partition", &e, &o).expect("finding");
+        assert_eq!(
+            (f.severity, f.confidence),
+            (Severity::Critical, Confidence::Medium)
+        );
+        assert!(f.title.contains("MIG"), "{}", f.title);
+        assert!(has_fix(&f, Where::Host, "nvidia-smi mig -cgi"));
+        // The same 46 with MIG off and compute mode Default: not this rule.
+        let off = healthy_open_host().smi(|s| s.mig_mode = vec!["Disabled".into()]);
+        assert_eq!(run("policy_or_partition", &off, &o), None);
     }
 
     #[test]

@@ -134,6 +134,7 @@ pub fn story() -> Capture {
         unchecked: vec![],
         fix: vec![],
         runbook: "docs/runbooks/uvm_register_gpu_hang.md".into(),
+        tell_apart: None,
     };
     r.record(
         &ev::diagnosis(&p, t0 + 3 * S + 61 * MS, &finding, Trigger::Stall),

@@ -734,6 +734,7 @@ mod tests {
                 note: String::new(),
             }],
             runbook: format!("docs/runbooks/{rule}.md"),
+            tell_apart: None,
         }
     }
 

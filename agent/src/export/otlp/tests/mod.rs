@@ -272,6 +272,7 @@ fn finding() -> Finding {
             note: "look".into(),
         }],
         runbook: "docs/runbooks/uvm_register_gpu_no_memory.md".into(),
+        tell_apart: None,
     }
 }
 
