@@ -236,9 +236,14 @@ fn render_snapshot_problems(out: &mut String, r: &Report) {
 /// causes, most likely first, each with the command that tells it apart
 /// ([`Finding::tell_apart`]), so the reader runs one command instead of guessing.
 fn render_candidates(out: &mut String, findings: &[Finding]) {
+    // Causes of the same thing: of warning or worse, and resting on what the first rests on
+    // (a static risk is no candidate for a failure the probes saw).
+    let Some(first) = findings.first() else {
+        return;
+    };
     let fit: Vec<&Finding> = findings
         .iter()
-        .filter(|f| f.severity >= Severity::Warning)
+        .filter(|f| f.severity >= Severity::Warning && f.basis == first.basis)
         .collect();
     if fit.len() < 2 || fit.iter().all(|f| f.tell_apart.is_none()) {
         return;
@@ -438,6 +443,71 @@ mod tests {
             source: &src,
             snapshot_problems: &[],
         })
+    }
+
+    /// A GPU fallen off the bus (Xid 79 in the kernel log) and a `cuInit` that returned 3
+    /// after good opens: the Xid is the sure cause, HMM set-up a weaker one that also fits.
+    fn xid79_host() -> Evidence {
+        healthy_open_host().log(|l| {
+            l.xids = vec![79];
+            l.nvidia_lines =
+                vec!["NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.".into()];
+        })
+    }
+
+    #[test]
+    fn text_lists_the_causes_that_fit_in_order_with_what_tells_them_apart() {
+        let e = xid79_host();
+        let o = watched().cuinit(3, 0.2).opens(3);
+        let findings = diagnose(&e, &o);
+        let src = ObservationsSource::choose(Some(o.clone()), None).1;
+        let text = render_text(
+            &Report {
+                findings: &findings,
+                evidence: &e,
+                observations: &o,
+                source: &src,
+                snapshot_problems: &[],
+            },
+            false,
+        );
+        let head = text
+            .split_once("2 causes fit, most likely first; what tells them apart:\n")
+            .unwrap_or_else(|| panic!("no list of causes: {text}"))
+            .1;
+        let lines: Vec<&str> = head.lines().take(2).collect();
+        assert!(
+            lines[0].starts_with("    1. adapter_init_failure (critical, high): "),
+            "{text}"
+        );
+        assert!(
+            lines[1].starts_with("    2. hmm_setup_failure (critical, low): ")
+                && lines[1].contains("uvm_disable_hmm=1"),
+            "{text}"
+        );
+        // Each finding below high confidence says it again under its own heading.
+        assert!(
+            text.contains("  to tell it apart: sudo modprobe -r nvidia_uvm"),
+            "{text}"
+        );
+        let json = json_of(&findings, &e, &o);
+        let found = json["findings"].as_array().unwrap();
+        assert_eq!(found[0]["tell_apart"], Value::Null, "{json:#}");
+        assert!(found[1]["tell_apart"].as_str().is_some(), "{json:#}");
+    }
+
+    #[test]
+    fn one_cause_or_a_static_risk_beside_an_observed_failure_is_no_list() {
+        let o = watched().cuinit(3, 0.2).opens(3);
+        // HMM set-up alone: nothing to tell apart from.
+        let e = healthy_open_host();
+        let findings = diagnose(&e, &o);
+        assert_eq!(findings.len(), 1, "{findings:#?}");
+        assert!(!text_of(&findings, &e, false).contains("causes fit"));
+        // The Xid with a plain doctor: a static finding alone.
+        let e = xid79_host();
+        let findings = diagnose(&e, &plain());
+        assert!(!text_of(&findings, &e, false).contains("causes fit"));
     }
 
     #[test]
