@@ -8,7 +8,8 @@
 //! UID), `maps` (only for Python processes no command line identified: is `torch` loaded),
 //! the parent chain (a spawned vLLM worker inherits the server's model), and files resolved
 //! inside the process's own root (`/proc/<pid>/root`, see [`super::files`]): the
-//! service-account namespace file, `/etc/hostname` and Ollama's manifests. What is
+//! service-account namespace file, `/etc/hostname`, Ollama's manifests and a local model
+//! directory's `hf_quant_config.json` / `config.json` (`model_files.rs`). What is
 //! recognised, from where and the limits are in `docs/workload-identity.md`.
 //!
 //! Values are bounded: the engine and the quantization come from fixed vocabularies (an
@@ -18,11 +19,13 @@
 //! Here: what is read ([`read_facts`], [`read_mapped`]), the identification that puts it
 //! together ([`identify_facts`]) and the inheritance from a worker's server; in
 //! `launch.rs` the process title, command line and engine flags; in `quantization.rs` the
-//! normalised quantization; in `kubernetes.rs` the pod name and namespace; in `ollama.rs`
+//! normalised quantization; in `model_files.rs` the quantization a local model directory
+//! states; in `kubernetes.rs` the pod name and namespace; in `ollama.rs`
 //! the model name from Ollama's manifests.
 
 mod kubernetes;
 mod launch;
+mod model_files;
 mod ollama;
 mod quantization;
 
@@ -41,6 +44,7 @@ use launch::{
     engine_of_launch, engine_of_maps, is_python, process_title, python_launch, rank_from_env,
     read_engine_flags,
 };
+pub use model_files::quantization_from_model_files;
 pub use ollama::ollama_model_name;
 use ollama::resolve_ollama_blob;
 pub use quantization::{quant_from_model_name, quantization};
@@ -172,6 +176,15 @@ pub fn identify_from(proc_root: &Path, pid: u32, mut facts: ProcFacts) -> Worklo
         info = identify_facts(&facts);
     }
     inherit_from_ancestors(proc_root, pid, &facts, &mut info);
+    // What the checkpoint itself states beats its name and a generic flag: it is what the
+    // engine loads (and an engine refuses a flag that contradicts it).
+    if let Some(q) = info
+        .model
+        .as_deref()
+        .and_then(|m| quantization_from_model_files(proc_root, pid, m))
+    {
+        info.quantization = Some(q);
+    }
     resolve_ollama_blob(proc_root, pid, &mut info);
     info
 }
@@ -560,6 +573,49 @@ pub(super) mod tests {
         assert_eq!(script.tp_rank, Some(3));
         // Gone: nothing, no panic.
         assert_eq!(identify(t.path(), 999), WorkloadInfo::default());
+    }
+
+    #[test]
+    fn a_local_model_directory_says_its_own_quantization() {
+        // `vllm serve /models/llama` with a generic flag, and a worker that inherits the
+        // model: the checkpoint's hf_quant_config.json names NVFP4.
+        let t = tempfile::tempdir().unwrap();
+        let mk = |pid: u32, ppid: u32, args: &[&str]| {
+            let d = t.path().join(pid.to_string());
+            fs::create_dir_all(d.join("root/models/llama")).unwrap();
+            fs::write(d.join("cmdline"), args.join("\0") + "\0").unwrap();
+            fs::write(
+                d.join("stat"),
+                format!("{pid} (python3) S {ppid} 1 1 0 -1 0 0 0 0 0 0 0 0 20 0 1 0 1 0 0"),
+            )
+            .unwrap();
+            fs::write(
+                d.join("root/models/llama/hf_quant_config.json"),
+                r#"{"producer": {"name": "modelopt", "version": "0.23.0"},
+                    "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8",
+                                     "group_size": 16, "exclude_modules": ["lm_head"]}}"#,
+            )
+            .unwrap();
+            std::os::unix::fs::symlink("/", d.join("cwd")).unwrap();
+        };
+        mk(
+            200,
+            1,
+            &[
+                "/usr/bin/python3",
+                "/usr/local/bin/vllm",
+                "serve",
+                "/models/llama",
+                "--quantization",
+                "modelopt",
+            ],
+        );
+        mk(201, 200, &["VLLM::Worker_TP0"]);
+        for pid in [200, 201] {
+            let i = identify(t.path(), pid);
+            assert_eq!(i.model.as_deref(), Some("/models/llama"), "{pid}");
+            assert_eq!(i.quantization.as_deref(), Some("nvfp4"), "{pid}");
+        }
     }
 
     #[test]

@@ -63,6 +63,17 @@ fn quant_from_flag(f: &str) -> FlagQuant {
     }
 }
 
+/// A quantization name as written by a checkpoint's own files (`quant_method`, modelopt's
+/// `quant_algo`), lowercase, to the normalised names: a known one, `None` for a framework
+/// name that does not say the format, else the name itself when short and plain.
+pub(super) fn normalised(name: &str) -> Option<String> {
+    match quant_from_flag(name) {
+        FlagQuant::Known(q) => Some(q.to_string()),
+        FlagQuant::Generic => None,
+        FlagQuant::Other => sanitized(name),
+    }
+}
+
 fn sanitized(f: &str) -> Option<String> {
     (f.len() <= MAX_QUANT_LEN
         && f.bytes()
