@@ -13,7 +13,7 @@ use clap::ValueEnum;
 
 use super::{probe_flags::LibcudaArgs, Global};
 use crate::{
-    doctor::facts::Observations,
+    doctor::{facts::Observations, verdict},
     event::{Event, Kind, Listener},
     kernel::registry::Attach,
     observer::{diagnosis, Observer, RunConfig},
@@ -21,8 +21,14 @@ use crate::{
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ReportFormat {
+    /// The report for people.
     Text,
+    /// The report as one JSON document (docs/doctor.md).
     Json,
+    /// One line for node-problem-detector, with its exit statuses (same as --npd).
+    Npd,
+    /// An NVIDIA NVSentinel HealthEvents document (docs/node-verdict.md).
+    HealthEvent,
 }
 
 #[derive(clap::Args, Debug)]
@@ -55,6 +61,22 @@ pub struct DoctorArgs {
     /// No colour in the text report.
     #[arg(long)]
     pub no_color: bool,
+    /// Run as a node-problem-detector custom plugin: print one line (the worst finding) and
+    /// exit 0 (ready), 1 (a critical finding) or 2 (could not judge). Same as --format npd.
+    #[arg(long)]
+    pub npd: bool,
+    /// With --npd: most bytes printed (NPD's max_output_length).
+    #[arg(long, default_value_t = verdict::NPD_MAX_OUTPUT, value_name = "BYTES")]
+    pub npd_max_output: usize,
+    /// With --format health-event: ask NVSentinel to act on the events
+    /// (EXECUTE_REMEDIATION) instead of only recording them (STORE_ONLY, the default).
+    #[arg(long)]
+    pub remediate: bool,
+    /// Gate a job on this node: run one real cuInit under the probes when root and a libcuda
+    /// is found (as --probe), then exit 0 (go: no critical finding), 1 (no-go) or 3 (could
+    /// not check).
+    #[arg(long)]
+    pub pre_job: bool,
 }
 
 /// `uvmwatch doctor`: collect, diagnose, report. Exit codes: 0 healthy, 1 warning,
@@ -73,7 +95,15 @@ pub fn doctor(a: DoctorArgs, g: &Global) -> anyhow::Result<ExitCode> {
         root::Root,
     };
     use std::io::IsTerminal;
-    let json = a.json || a.format == ReportFormat::Json;
+    let format = if a.npd {
+        ReportFormat::Npd
+    } else if a.json {
+        ReportFormat::Json
+    } else {
+        a.format
+    };
+    // A pre-job check probes where it can: as root, with a libcuda to call.
+    let probe_wanted = a.probe || (a.pre_job && pre_job_can_probe());
     let run = || -> anyhow::Result<(Vec<_>, _, _, _, Vec<String>)> {
         let recorder = ReadLog::new();
         let (_tmp, root) = match &a.root {
@@ -96,7 +126,7 @@ pub fn doctor(a: DoctorArgs, g: &Global) -> anyhow::Result<ExitCode> {
             root
         };
         let evidence = collect::collect(&root);
-        let probed = if a.probe {
+        let probed = if probe_wanted {
             let r = probe(&a.libcuda.libcuda, a.probe_timeout, g)?;
             for n in &r.notes {
                 eprintln!("uvmwatch doctor --probe: {n}");
@@ -130,20 +160,73 @@ pub fn doctor(a: DoctorArgs, g: &Global) -> anyhow::Result<ExitCode> {
                 source: &source,
                 snapshot_problems: &snapshot_problems,
             };
-            if json {
-                let v = report::render_json(&r);
-                println!("{}", serde_json::to_string_pretty(&v)?);
-            } else {
-                let color = !a.no_color && std::io::stdout().is_terminal();
-                print!("{}", report::render_text(&r, color));
+            let v = verdict::Verdict::of(&r);
+            match format {
+                ReportFormat::Json => {
+                    let v = report::render_json(&r);
+                    println!("{}", serde_json::to_string_pretty(&v)?);
+                }
+                ReportFormat::Text => {
+                    let color = !a.no_color && std::io::stdout().is_terminal();
+                    print!("{}", report::render_text(&r, color));
+                }
+                ReportFormat::Npd => {
+                    println!("{}", verdict::npd_message(&r, a.npd_max_output));
+                    return Ok(ExitCode::from(v.npd_exit()));
+                }
+                ReportFormat::HealthEvent => {
+                    let processing = if a.remediate {
+                        verdict::Processing::Remediate
+                    } else {
+                        verdict::Processing::StoreOnly
+                    };
+                    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+                    let doc =
+                        verdict::health_events(&r, &node_name(), &now.to_string(), processing);
+                    println!("{}", serde_json::to_string_pretty(&doc)?);
+                }
             }
-            Ok(ExitCode::from(r.exit_code()))
+            Ok(ExitCode::from(if a.pre_job {
+                v.gate_exit()
+            } else {
+                r.exit_code()
+            }))
         }
         Err(e) => {
             eprintln!("uvmwatch doctor: could not run: {e:#}");
+            if format == ReportFormat::Npd {
+                // NPD shows standard output as the condition's message.
+                println!("unknown: uvmwatch doctor could not run");
+                return Ok(ExitCode::from(verdict::Verdict::Unknown.npd_exit()));
+            }
             Ok(ExitCode::from(report::EXIT_COULD_NOT_RUN))
         }
     }
+}
+
+/// Whether `doctor --pre-job` can run a real `cuInit` here: as root (the probes need it;
+/// without a libcuda found the probe says so and the facts are judged alone). Says why not
+/// on standard error otherwise.
+fn pre_job_can_probe() -> bool {
+    let root = crate::kernel::is_root();
+    if !root {
+        eprintln!("uvmwatch doctor --pre-job: not root: no cuInit probed, the host's facts alone");
+    }
+    root
+}
+
+/// The Kubernetes node name (`NODE_NAME`, set from `spec.nodeName` by the DaemonSet), else
+/// the host name.
+fn node_name() -> String {
+    std::env::var("NODE_NAME")
+        .ok()
+        .filter(|n| !n.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+        })
+        .unwrap_or_default()
 }
 
 /// How `doctor --probe` went, besides the observations.

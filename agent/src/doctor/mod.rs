@@ -22,3 +22,4 @@ pub mod observed;
 pub mod report;
 pub mod root;
 pub mod rules;
+pub mod verdict;
