@@ -822,3 +822,136 @@ fn otlp_stall_is_exported_while_cuinit_hangs_and_ids_match_when_it_ends() {
     check_resource(&r);
     assert!(agent.stop());
 }
+
+// --- joining the workload's own trace ---------------------------------------------------------
+
+/// A Python with the OpenTelemetry SDK and its OTLP/HTTP exporter (`cargo xtask setup`
+/// installs them in target/tools/otel-venv; `$UVMWATCH_OTEL_PYTHON` overrides), or why none.
+fn otel_python() -> Result<std::path::PathBuf, String> {
+    let mut candidates: Vec<std::path::PathBuf> = Vec::new();
+    if let Some(p) = std::env::var_os("UVMWATCH_OTEL_PYTHON") {
+        candidates.push(p.into());
+    }
+    candidates.push(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../target/tools/otel-venv/bin/python3"),
+    );
+    for c in candidates {
+        let ok = std::process::Command::new(&c)
+            .args([
+                "-c",
+                "import opentelemetry.sdk.trace, opentelemetry.exporter.otlp.proto.http.trace_exporter",
+            ])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return Ok(c);
+        }
+    }
+    Err(
+        "no Python with opentelemetry-sdk and opentelemetry-exporter-otlp-proto-http \
+         (cargo xtask setup installs them in target/tools/otel-venv)"
+            .into(),
+    )
+}
+
+#[test]
+fn otlp_cuinit_joins_the_trace_its_parent_passed_in_traceparent() {
+    let name = "otlp_cuinit_joins_the_trace_its_parent_passed_in_traceparent";
+    require_env!(name);
+    let python = match otel_python() {
+        Ok(p) => p,
+        Err(why) => {
+            uvmwatch_testbed::skip(name, &why);
+            return;
+        }
+    };
+    let r = Receiver::start();
+    let agent = start_agent(&r, &[]);
+    // The parent: a real OpenTelemetry SDK opens its start-up span and gives the context a
+    // child gets in TRACEPARENT (OpenTelemetry's environment carrier).
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/otel/startup_parent.py");
+    let mut parent = std::process::Command::new(&python)
+        .arg(&script)
+        .arg(format!("{}/v1/traces", r.url()))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the instrumented parent");
+    let mut out = BufReader::new(parent.stdout.take().unwrap());
+    let mut traceparent = String::new();
+    out.read_line(&mut traceparent).unwrap();
+    let traceparent = traceparent.trim().to_string();
+    assert!(traceparent.starts_with("00-"), "{traceparent:?}");
+    // The CUDA workload, started with it.
+    let dev = slow_init_dev();
+    let mut w = Workload::spawn(
+        &dev,
+        artifacts(),
+        WorkloadConfig {
+            scenario: Scenario::Success,
+            lib_location: common::host_lib().location(),
+            extra_env: vec![("TRACEPARENT".into(), traceparent.clone())],
+            ..WorkloadConfig::default()
+        },
+    )
+    .expect("spawn workload");
+    assert_eq!(w.next_cuinit_line(T).unwrap().rc, 0);
+    let pid = w.pid();
+    // The parent's start-up ends: its span is exported by the SDK.
+    parent.stdin.take().unwrap().write_all(b"done\n").unwrap();
+    let mut ids = String::new();
+    out.read_line(&mut ids).unwrap();
+    assert!(parent.wait().unwrap().success());
+    let (trace_hex, span_hex) = ids.trim().split_once(' ').expect("trace and span ids");
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    // Flags: sampled, and (Trace Context Level 2) the random trace id bit the SDK sets.
+    assert!(
+        traceparent.starts_with(&format!("00-{trace_hex}-{span_hex}-")),
+        "{traceparent}"
+    );
+
+    let spans = r.wait(
+        "the cuInit span",
+        pid,
+        |s| s.iter().any(|(_, s)| s.name == "cuInit"),
+        &agent,
+    );
+    let cu = spans
+        .iter()
+        .map(|(_, s)| s)
+        .find(|s| s.name == "cuInit")
+        .unwrap();
+    // One trace: the SDK's span, and the agent's cuInit under it.
+    let theirs = r
+        .spans()
+        .into_iter()
+        .map(|(_, s)| s)
+        .find(|s| s.name == "Init device")
+        .expect("the parent's span reached the receiver");
+    assert_eq!(hex(&theirs.trace_id), trace_hex);
+    assert_eq!(hex(&theirs.span_id), span_hex);
+    assert_eq!(
+        hex(&cu.trace_id),
+        trace_hex,
+        "cuInit is in the parent's trace"
+    );
+    assert_eq!(
+        hex(&cu.parent_span_id),
+        span_hex,
+        "cuInit is under the parent's span"
+    );
+    assert_eq!(
+        str_attr(&cu.attributes, "uvmwatch.trace.parent_from"),
+        Some("TRACEPARENT")
+    );
+    // Its driver calls under it, in the same trace.
+    for (_, s) in spans.iter().filter(|(_, s)| s.name != "cuInit") {
+        assert_eq!(s.trace_id, cu.trace_id, "{}", s.name);
+    }
+    assert!(cu.start_time_unix_nano >= theirs.start_time_unix_nano);
+    assert!(cu.end_time_unix_nano <= theirs.end_time_unix_nano);
+    agent.stop();
+}

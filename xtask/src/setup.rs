@@ -81,6 +81,7 @@ pub fn run_with(check_only: bool, vm: bool) -> Result<bool> {
     all &= bpf_linker(check_only)?;
     all &= deploy_check_packages(check_only)?;
     all &= perfetto_check_packages(check_only)?;
+    all &= otel_check_packages(check_only)?;
     tracefs();
     if check_only && !all {
         println!("setup: something is missing; `cargo xtask setup` installs it");
@@ -334,6 +335,25 @@ const DEPLOY_CHECK_IMPORTS: &str =
 pub const PERFETTO_CHECK_PACKAGES: &[&str] = &["perfetto==0.59.1", "protobuf==7.36.2"];
 /// Their virtual environment (agent/tests/capture/view.rs looks here).
 pub const PERFETTO_CHECK_VENV: &str = "target/tools/perfetto-venv";
+
+/// The OpenTelemetry Python SDK and its OTLP/HTTP exporter: a real instrumented parent
+/// process whose trace the agent's spans must join (`agent/tests/otlp.rs`).
+pub const OTEL_CHECK_PACKAGES: &[&str] = &[
+    "opentelemetry-sdk==1.45.2",
+    "opentelemetry-exporter-otlp-proto-http==1.45.2",
+];
+/// Their virtual environment (agent/tests/otlp.rs looks here).
+pub const OTEL_CHECK_VENV: &str = "target/tools/otel-venv";
+
+fn otel_check_packages(check_only: bool) -> Result<bool> {
+    python_venv(
+        check_only,
+        "the OpenTelemetry join check",
+        OTEL_CHECK_VENV,
+        OTEL_CHECK_PACKAGES,
+        "import opentelemetry.sdk.trace, opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    )
+}
 
 fn deploy_check_packages(check_only: bool) -> Result<bool> {
     python_venv(

@@ -107,6 +107,16 @@ pub(super) struct OpenSpan {
     pub(super) start_ns: Option<u64>,
     pub(super) flags: Option<u32>,
     pub(super) events: Vec<span::Event>,
+    /// The parent is the span the process was started in (`TRACEPARENT`), not one of ours:
+    /// a start-up span that joined the workload's trace, still a root among uvmwatch's.
+    pub(super) joined: bool,
+}
+
+impl OpenSpan {
+    /// A child of another uvmwatch span (a driver call inside `cuInit`).
+    pub(super) fn is_child(&self) -> bool {
+        self.parent.is_some() && !self.joined
+    }
 }
 
 /// A span that just ended: a diagnosis of its process arriving right after belongs to it.

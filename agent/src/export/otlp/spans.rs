@@ -57,6 +57,21 @@ impl Exporter {
             start_ns: None,
             flags: None,
             events: Vec::new(),
+            joined: false,
+        }
+    }
+
+    /// A start-up span of `proc` (its `cuInit`, a CUDA context creation): a child of the span
+    /// the process was started in when its environment names a sampled one (`TRACEPARENT`),
+    /// else the root of a new trace.
+    fn startup_open(&mut self, name: &str, proc: &Process) -> OpenSpan {
+        match proc.workload.trace_parent.as_ref().filter(|t| t.sampled) {
+            Some(t) => {
+                let mut o = self.new_open(name, proc.pid, Some((&t.trace_id, &t.span_id)));
+                o.joined = true;
+                o
+            }
+            None => self.new_open(name, proc.pid, None),
         }
     }
 
@@ -135,7 +150,7 @@ impl Exporter {
                     // Its end was lost: close it where the next one starts.
                     self.end_incomplete(old, tid, *start_ns, "superseded");
                 }
-                let mut o = self.new_open("cuInit", proc.pid, None);
+                let mut o = self.startup_open("cuInit", &proc);
                 o.start_ns = Some(*start_ns);
                 o.flags = Some(*flags);
                 self.cuinit.insert(tid, o);
@@ -148,7 +163,7 @@ impl Exporter {
                         if let Some(o) = other {
                             self.end_incomplete(o, tid, start_ns, "superseded");
                         }
-                        self.new_open("cuInit", proc.pid, None)
+                        self.startup_open("cuInit", &proc)
                     }
                 };
                 // Stalled ioctls of this call whose end was not seen end with it.
@@ -164,6 +179,7 @@ impl Exporter {
                     }
                 }
                 let mut attrs = self.proc_attrs(&proc);
+                joined_attrs(&mut attrs, &o);
                 attrs.push(kv_int("thread.id", tid as i64));
                 attrs.push(kv_str("uvmwatch.cuinit.result", c.result.clone()));
                 attrs.push(kv_int("uvmwatch.cuinit.result_code", c.code));
@@ -192,9 +208,12 @@ impl Exporter {
                     attrs.push(kv_str("error.type", c.result.clone()));
                     c.result.clone()
                 });
-                let s = self.span(
-                    o.trace_id, o.span_id, None, "cuInit", start_ns, end_ns, attrs, o.events, error,
+                let state = trace_state(&o, &proc);
+                let mut s = self.span(
+                    o.trace_id, o.span_id, o.parent, "cuInit", start_ns, end_ns, attrs, o.events,
+                    error,
                 );
+                s.trace_state = state;
                 self.remember(proc.pid, o.trace_id, o.span_id);
                 self.push(s);
             }
@@ -203,7 +222,7 @@ impl Exporter {
                     Some(o) => o,
                     None => self.child_or_root(&io.name, &proc, tid, io.in_cuinit),
                 };
-                let mut attrs = if o.parent.is_some() {
+                let mut attrs = if o.is_child() {
                     vec![kv_int("process.pid", proc.pid as i64)]
                 } else {
                     self.proc_attrs(&proc)
@@ -222,6 +241,7 @@ impl Exporter {
                     attrs.push(kv_str("error.type", io.result.clone()));
                     io.result.clone()
                 });
+                let child = o.is_child();
                 let s = self.span(
                     o.trace_id,
                     o.span_id,
@@ -233,14 +253,14 @@ impl Exporter {
                     o.events,
                     error,
                 );
-                if o.parent.is_none() {
+                if !child {
                     self.remember(proc.pid, o.trace_id, o.span_id);
                 }
                 self.push(s);
             }
             Kind::Open(op) => {
                 let o = self.child_or_root("open", &proc, tid, op.in_cuinit);
-                let mut attrs = if o.parent.is_some() {
+                let mut attrs = if o.is_child() {
                     vec![kv_int("process.pid", proc.pid as i64)]
                 } else {
                     self.proc_attrs(&proc)
@@ -262,7 +282,7 @@ impl Exporter {
                     Vec::new(),
                     error,
                 );
-                if o.parent.is_none() {
+                if !o.is_child() {
                     self.remember(proc.pid, o.trace_id, o.span_id);
                 }
                 self.push(s);
@@ -270,8 +290,9 @@ impl Exporter {
             Kind::ContextCall(cc) => {
                 // A root span of its own: a trace per context creation (or device count),
                 // which its diagnosis joins.
-                let o = self.new_open(cc.call, proc.pid, None);
+                let o = self.startup_open(cc.call, &proc);
                 let mut attrs = self.proc_attrs(&proc);
+                joined_attrs(&mut attrs, &o);
                 attrs.push(kv_int("thread.id", tid as i64));
                 attrs.push(kv_str("uvmwatch.cuda.call", cc.call));
                 attrs.push(kv_str("uvmwatch.cuda.result", cc.result.clone()));
@@ -289,10 +310,10 @@ impl Exporter {
                     attrs.push(kv_str("error.type", cc.result.clone()));
                     cc.result.clone()
                 });
-                let s = self.span(
+                let mut s = self.span(
                     o.trace_id,
                     o.span_id,
-                    None,
+                    o.parent,
                     cc.call,
                     cc.start_ns,
                     end_ns,
@@ -300,6 +321,7 @@ impl Exporter {
                     Vec::new(),
                     error,
                 );
+                s.trace_state = trace_state(&o, &proc);
                 self.remember(proc.pid, o.trace_id, o.span_id);
                 self.push(s);
             }
@@ -368,7 +390,7 @@ impl Exporter {
     fn child_or_root(&mut self, name: &str, proc: &Process, tid: u32, in_cuinit: bool) -> OpenSpan {
         if in_cuinit {
             if !self.cuinit.contains_key(&tid) {
-                let o = self.new_open("cuInit", proc.pid, None);
+                let o = self.startup_open("cuInit", proc);
                 self.cuinit.insert(tid, o);
             }
             let (t, s) = {
@@ -393,7 +415,7 @@ impl Exporter {
         if call == "cuInit" {
             if !self.cuinit.contains_key(&tid) {
                 // The agent started while this cuInit was running.
-                let mut o = self.new_open("cuInit", proc.pid, None);
+                let mut o = self.startup_open("cuInit", proc);
                 o.start_ns = Some(start_ns);
                 self.cuinit.insert(tid, o);
             }
@@ -577,7 +599,7 @@ impl Exporter {
         end_ns: u64,
         outcome: &str,
     ) {
-        let mut attrs = if o.parent.is_some() {
+        let mut attrs = if o.is_child() {
             vec![kv_int("process.pid", proc.pid as i64)]
         } else {
             self.proc_attrs(proc)
@@ -589,10 +611,11 @@ impl Exporter {
             format!("thread exited inside {call}")
         });
         let start = o.start_ns.unwrap_or(start_ns);
+        let child = o.is_child();
         let s = self.span(
             o.trace_id, o.span_id, o.parent, call, start, end_ns, attrs, o.events, error,
         );
-        if o.parent.is_none() {
+        if !child {
             self.remember(proc.pid, o.trace_id, o.span_id);
         }
         self.push(s);
@@ -602,7 +625,7 @@ impl Exporter {
     /// `uvmwatch.incomplete = true`, `uvmwatch.outcome = why`.
     pub(super) fn end_incomplete(&mut self, o: OpenSpan, tid: u32, end_ns: u64, why: &str) {
         let mut attrs = match self.procs.get(&o.pid) {
-            Some(e) if o.parent.is_none() => e.attrs.clone(),
+            Some(e) if !o.is_child() => e.attrs.clone(),
             _ => vec![kv_int("process.pid", o.pid as i64)],
         };
         attrs.push(kv_int("thread.id", tid as i64));
@@ -614,4 +637,24 @@ impl Exporter {
         );
         self.push(s);
     }
+}
+
+/// Says which context a start-up span joined: `uvmwatch.trace.parent_from` is
+/// `TRACEPARENT` (the process's environment) when it joined one.
+fn joined_attrs(attrs: &mut Vec<KeyValue>, o: &OpenSpan) {
+    if o.joined {
+        attrs.push(kv_str("uvmwatch.trace.parent_from", "TRACEPARENT"));
+    }
+}
+
+/// The `TRACESTATE` a joined start-up span carries on (W3C: a child keeps its parent's).
+fn trace_state(o: &OpenSpan, proc: &Process) -> String {
+    if !o.joined {
+        return String::new();
+    }
+    proc.workload
+        .trace_parent
+        .as_ref()
+        .and_then(|t| t.trace_state.clone())
+        .unwrap_or_default()
 }

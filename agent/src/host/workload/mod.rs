@@ -28,6 +28,7 @@ mod launch;
 mod model_files;
 mod ollama;
 mod quantization;
+mod trace_context;
 
 use std::collections::HashMap;
 use std::fs;
@@ -48,6 +49,7 @@ pub use model_files::quantization_from_model_files;
 pub use ollama::ollama_model_name;
 use ollama::resolve_ollama_blob;
 pub use quantization::{quant_from_model_name, quantization};
+pub use trace_context::TraceParent;
 
 /// Engine names (the `uvmwatch.engine` span attribute and the opt-in `engine` label).
 pub const ENGINE_VLLM: &str = "vllm";
@@ -92,6 +94,10 @@ pub struct WorkloadInfo {
     pub k8s_pod_name: Option<String>,
     /// Kubernetes namespace (`POD_NAMESPACE`, or the service-account namespace file).
     pub k8s_namespace: Option<String>,
+    /// The trace the process was started in (`TRACEPARENT`, `TRACESTATE`), which its start-up
+    /// spans join; never inherited from another process.
+    #[serde(skip)]
+    pub trace_parent: Option<TraceParent>,
 }
 
 impl WorkloadInfo {
@@ -152,6 +158,8 @@ pub const ENV_KEYS: &[&str] = &[
     "POD_NAMESPACE",
     "HOSTNAME",
     "VLLM_PROCESS_NAME_PREFIX",
+    "TRACEPARENT",
+    "TRACESTATE",
 ];
 
 /// Identifies process `pid` from `<proc_root>/<pid>` (normally `/proc`).
@@ -299,6 +307,10 @@ pub fn identify_facts(f: &ProcFacts) -> WorkloadInfo {
         }
     }
     kubernetes(f, &mut info);
+    info.trace_parent = f
+        .env
+        .get("TRACEPARENT")
+        .and_then(|t| TraceParent::parse(t, f.env.get("TRACESTATE").map(String::as_str)));
     info
 }
 

@@ -556,3 +556,121 @@ fn the_identity_of_a_process_that_exits_at_once_is_kept() {
     assert_eq!(s_attr(a, "k8s.namespace.name"), Some("llm"));
     assert_eq!(s_attr(a, "uvmwatch.engine"), Some("vllm"));
 }
+
+#[test]
+fn start_up_spans_join_the_trace_the_process_was_started_in() {
+    use crate::host::workload::TraceParent;
+    let (c, _root, mut sink, p) = exporting_vllm();
+    // The server started this worker inside its start-up span (vLLM's "Init device").
+    let tp = TraceParent::parse(
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        Some("vllm=1"),
+    )
+    .unwrap();
+    let mut joined = (*p).clone();
+    joined.workload.trace_parent = Some(tp.clone());
+    let joined = Arc::new(joined);
+    let mut t = Seq::new();
+    let t0 = t.at(0);
+    send(&mut sink, mk::cuinit_start(&joined, 4243, t0));
+    let (s, e) = (t.at(1), t.at(2));
+    ioctl(
+        &mut sink,
+        &joined,
+        4243,
+        s,
+        e,
+        "UVM_INITIALIZE",
+        "NV_OK",
+        false,
+        true,
+    );
+    let end = t.at(3);
+    send(
+        &mut sink,
+        mk::cuinit_end(&joined, 4243, t0, end, 0, "CUDA_SUCCESS"),
+    );
+    let (s, e) = (t.at(4), t.at(5));
+    send(
+        &mut sink,
+        mk::context_call(
+            &joined,
+            4243,
+            s,
+            e,
+            "cuDevicePrimaryCtxRetain",
+            0,
+            "CUDA_SUCCESS",
+            None,
+        ),
+    );
+    // A failed call long after start-up, outside cuInit: a trace of its own.
+    let (s, e) = (t.at(6), t.at(7));
+    ioctl(
+        &mut sink,
+        &joined,
+        4243,
+        s,
+        e,
+        "UVM_FREE",
+        "NV_ERR_INVALID_ARGUMENT",
+        true,
+        false,
+    );
+    sink.flush();
+    let spans = c.wait("4 spans", |s| s.len() >= 4);
+    drop(sink);
+    let cu = spans.iter().find(|s| s.name == "cuInit").unwrap();
+    assert_eq!(cu.trace_id, tp.trace_id.to_vec());
+    assert_eq!(cu.parent_span_id, tp.span_id.to_vec());
+    assert_eq!(cu.trace_state, "vllm=1");
+    assert_eq!(
+        s_attr(&cu.attributes, "uvmwatch.trace.parent_from"),
+        Some("TRACEPARENT")
+    );
+    // Still a root among uvmwatch's spans: the process's attributes are on it.
+    assert_eq!(s_attr(&cu.attributes, "uvmwatch.engine"), Some("vllm"));
+    let init = spans.iter().find(|s| s.name == "UVM_INITIALIZE").unwrap();
+    assert_eq!(init.trace_id, cu.trace_id);
+    assert_eq!(init.parent_span_id, cu.span_id);
+    let ctx = spans
+        .iter()
+        .find(|s| s.name == "cuDevicePrimaryCtxRetain")
+        .unwrap();
+    assert_eq!(ctx.trace_id, tp.trace_id.to_vec());
+    assert_eq!(ctx.parent_span_id, tp.span_id.to_vec());
+    let free = spans.iter().find(|s| s.name == "UVM_FREE").unwrap();
+    assert_ne!(free.trace_id, tp.trace_id.to_vec(), "not a start-up span");
+    assert!(free.parent_span_id.is_empty());
+}
+
+#[test]
+fn an_unsampled_start_up_trace_is_not_joined() {
+    use crate::host::workload::TraceParent;
+    let (c, _root, mut sink, p) = exporting_vllm();
+    let tp = TraceParent::parse(
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
+        None,
+    )
+    .unwrap();
+    let mut q = (*p).clone();
+    q.workload.trace_parent = Some(tp.clone());
+    let q = Arc::new(q);
+    let mut t = Seq::new();
+    let t0 = t.at(0);
+    send(&mut sink, mk::cuinit_start(&q, 4243, t0));
+    let end = t.at(1);
+    send(
+        &mut sink,
+        mk::cuinit_end(&q, 4243, t0, end, 0, "CUDA_SUCCESS"),
+    );
+    sink.flush();
+    let spans = c.wait("1 span", |s| !s.is_empty());
+    drop(sink);
+    assert_ne!(spans[0].trace_id, tp.trace_id.to_vec());
+    assert!(spans[0].parent_span_id.is_empty());
+    assert_eq!(
+        s_attr(&spans[0].attributes, "uvmwatch.trace.parent_from"),
+        None
+    );
+}
