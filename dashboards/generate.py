@@ -385,6 +385,51 @@ def active_diagnoses_table():
     )
 
 
+# Fleet outliers: the statistics of the uvmwatch-fleet rule group
+# (deploy/prometheus/uvmwatch-alerts.yaml, docs/alerts.md#fleet-outliers), computed here
+# from the agents' own series so that the panels work without the rules loaded. The fleet
+# is the selected agents of each job (All: every agent).
+FLEET_K = 3
+FLEET_P95 = ("(histogram_quantile(0.95, sum by (job, instance, hostname, le) "
+             f"(rate(uvmwatch_cuinit_duration_seconds_bucket{sel()}[1h]))) >= 0)")
+_CALLS_WITH_RESULT = sel('result!~"thread_exited|unknown"')
+_CALLS_FAILED = sel('result!~"CUDA_SUCCESS|thread_exited|unknown"')
+FLEET_FAILURE_RATIO = (
+    f"((sum by (job, instance, hostname) (increase(uvmwatch_cuinit_calls_total{_CALLS_FAILED}[1h])) "
+    f"or 0 * sum by (job, instance, hostname) (increase(uvmwatch_cuinit_calls_total{_CALLS_WITH_RESULT}[1h]))) "
+    f"/ (sum by (job, instance, hostname) (increase(uvmwatch_cuinit_calls_total{_CALLS_WITH_RESULT}[1h])) > 0))"
+)
+
+
+def fleet_median(v):
+    return f"quantile by (job) (0.5, {v})"
+
+
+def fleet_mad(v):
+    return f"quantile by (job) (0.5, abs({v} - on (job) group_left () {fleet_median(v)}))"
+
+
+def fleet_panel(title, desc, per_node, unit, margin):
+    """Per-node values, the fleet median, median + k MAD and the alert threshold:
+    median + margin(k, mad, m), a PromQL expression for the largest of k MAD and the
+    alert's floors (m: the median, mad: the MAD, both PromQL expressions)."""
+    m = fleet_median(per_node)
+    mad = fleet_mad(per_node)
+    panel = timeseries(title, desc, [
+        target(per_node, "{{instance}}", "A"),
+        target(m, "fleet median ({{job}})", "B"),
+        target(f"{m} + {FLEET_K} * {mad}", f"median + {FLEET_K} MAD ({{{{job}}}})", "C"),
+        target(f"{m} + {margin(FLEET_K, mad, m)}", "alert threshold ({{job}})", "D"),
+    ], unit)
+    dashed = [{"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
+              {"id": "custom.fillOpacity", "value": 0}]
+    panel["fieldConfig"]["overrides"] = [
+        {"matcher": {"id": "byFrameRefID", "options": ref}, "properties": dashed}
+        for ref in ("B", "C", "D")
+    ]
+    return panel
+
+
 def fleet():
     L = Layout()
     L.row("Fleet")
@@ -433,9 +478,33 @@ def fleet():
                      "name).",
                      [target(f"sum by (instance, result) (rate(uvmwatch_driver_ioctl_calls_total{S_IOCTL_FAILED}[$__rate_interval]))",
                              "{{instance}} {{result}}")], "ops"), 12, 8)
+    L.row("Nodes against the fleet")
+    L.add(fleet_panel(
+        "cuInit p95 by node against the fleet (1h)",
+        "p95 of cuInit duration per agent over the last hour (fixed 1h window, as the "
+        "alerts), the median of the agents' p95 (the fleet: the selected agents of each "
+        "job, all of them with All), median + 3 MAD (median absolute deviation) and the "
+        "threshold of UvmwatchNodeCuInitSlowerThanFleet: the largest of median + 3 MAD, "
+        "2 x the median and median + 1 s. A node above it for 15 minutes alerts when the "
+        "job has at least 5 nodes with cuInit calls in the hour. Runbook: "
+        + RUNBOOK_BASE + "cuinit-fleet-outlier.md",
+        FLEET_P95, "s",
+        lambda k, mad, m: f"clamp_min(({k} * {mad} > {m}) or {m}, 1)"), 12, 9)
+    L.add(fleet_panel(
+        "cuInit failure ratio by node against the fleet (1h)",
+        "Share of cuInit calls per agent over the last hour that failed (results other "
+        "than CUDA_SUCCESS, thread_exited and unknown, over the calls with a result; agents "
+        "without calls in the hour are left out), the median over the fleet (the selected "
+        "agents of each job), median + 3 MAD and the threshold of "
+        "UvmwatchNodeCuInitFailingMoreThanFleet: the larger of median + 3 MAD and median + "
+        "5 percentage points; it alerts after 15 minutes with at least 5 nodes. Runbook: "
+        + RUNBOOK_BASE + "cuinit-fleet-outlier.md",
+        FLEET_FAILURE_RATIO, "percentunit",
+        lambda k, mad, m: f"clamp_min({k} * {mad}, 0.05)"), 12, 9)
     return dashboard("uvmwatch-fleet", "uvmwatch / Fleet overview",
                      "Every uvmwatch agent: which are up, cuInit calls in flight, stalled or "
-                     "failing, and active diagnoses.", L)
+                     "failing, active diagnoses, and the nodes whose cuInit latency or "
+                     "failure ratio stands out from the fleet.", L)
 
 
 def cuinit():

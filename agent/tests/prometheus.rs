@@ -75,7 +75,7 @@ fn alert_rules_pass_promtool_check_and_their_unit_tests() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "promtool check rules:\n{text}");
-    assert!(text.contains("SUCCESS: 10 rules found"), "{text}");
+    assert!(text.contains("SUCCESS: 20 rules found"), "{text}");
 
     let tests_dir = repo_root().join("deploy/prometheus/tests");
     let mut files: Vec<_> = std::fs::read_dir(&tests_dir)
@@ -122,6 +122,30 @@ fn alert_names(text: &str) -> Vec<String> {
         .filter_map(|l| l.trim().strip_prefix("- alert: "))
         .map(|s| s.trim().to_string())
         .collect()
+}
+
+/// `record: NAME` lines of a rule file.
+fn record_names(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("- record: "))
+        .map(|s| s.trim().to_string())
+        .collect()
+}
+
+/// The loaded recording rules: (name, health, lastError).
+fn recording_rules(prom: &Prometheus) -> Vec<(String, String, String)> {
+    let d = prom.api("rules?type=record").expect("GET /api/v1/rules");
+    let mut out = Vec::new();
+    for g in d["groups"].as_array().cloned().unwrap_or_default() {
+        for r in g["rules"].as_array().cloned().unwrap_or_default() {
+            out.push((
+                r["name"].as_str().unwrap_or("").to_string(),
+                r["health"].as_str().unwrap_or("").to_string(),
+                r["lastError"].as_str().unwrap_or("").to_string(),
+            ));
+        }
+    }
+    out
 }
 
 /// The PrometheusRule for the Prometheus Operator: a fixed header, then the rule file's
@@ -449,6 +473,21 @@ fn every_dashboard_query_and_alert_parses_in_prometheus() {
             "{name}: {health} {err}"
         );
     }
+    // The recording rules (uvmwatch-fleet) load healthy too.
+    let recorded = recording_rules(&prom);
+    assert_eq!(
+        recorded
+            .iter()
+            .map(|r| r.0.clone())
+            .collect::<BTreeSet<_>>(),
+        record_names(&rules).into_iter().collect::<BTreeSet<_>>()
+    );
+    for (name, health, err) in &recorded {
+        assert!(
+            health == "ok" || health == "unknown",
+            "{name}: {health} {err}"
+        );
+    }
     let mut bad = Vec::new();
     for q in dashboard_queries() {
         for vars in [vars_all(), vars_selected("127.0.0.1:19400")] {
@@ -530,6 +569,14 @@ const SILENT_ALERTS: &[(&str, &str)] = &[
     (
         "UvmwatchProbesNotAttached",
         "every required probe attaches on this kernel; promtool unit test",
+    ),
+    (
+        "UvmwatchNodeCuInitSlowerThanFleet",
+        "one agent is no fleet (quorum: 5 nodes); promtool unit tests on made-up fleets",
+    ),
+    (
+        "UvmwatchNodeCuInitFailingMoreThanFleet",
+        "one agent is no fleet (quorum: 5 nodes); promtool unit tests on made-up fleets",
     ),
 ];
 
@@ -692,6 +739,25 @@ fn a_real_prometheus_scraping_the_agent_through_the_scenarios() {
         "stall cleared",
     );
     std::thread::sleep(Duration::from_secs(2));
+    // The fleet recording rules on this one agent: a fleet of one node, with a p95 and a
+    // failure ratio (errors 3 and 999 above); its alerts need 5 nodes (SILENT_ALERTS).
+    wait_data(
+        &prom,
+        "job:uvmwatch_cuinit_duration_seconds:p95_1h_nodes == 1 \
+         and on (job) job:uvmwatch_cuinit_duration_seconds:p95_1h_mad == 0",
+        T,
+        "fleet latency recording rules",
+    );
+    wait_data(
+        &prom,
+        "instance:uvmwatch_cuinit_calls:failure_ratio_1h > 0 \
+         and on (job) job:uvmwatch_cuinit_calls:failure_ratio_1h_nodes == 1",
+        T,
+        "fleet failure-ratio recording rules",
+    );
+    for (name, health, err) in recording_rules(&prom) {
+        assert_eq!(health, "ok", "{name}: {err}");
+    }
     let t_scenarios = started.elapsed();
 
     // Every dashboard query, over the test's time range, with the variables set to this
