@@ -82,6 +82,8 @@ pub fn run_with(check_only: bool, vm: bool) -> Result<bool> {
     all &= deploy_check_packages(check_only)?;
     all &= perfetto_check_packages(check_only)?;
     all &= otel_check_packages(check_only)?;
+    all &= hta_check_packages(check_only)?;
+    all &= public_kineto_traces(check_only)?;
     tracefs();
     if check_only && !all {
         println!("setup: something is missing; `cargo xtask setup` installs it");
@@ -353,6 +355,109 @@ fn otel_check_packages(check_only: bool) -> Result<bool> {
         OTEL_CHECK_PACKAGES,
         "import opentelemetry.sdk.trace, opentelemetry.exporter.otlp.proto.http.trace_exporter",
     )
+}
+
+/// Holistic Trace Analysis, the PyTorch profiler trace analyser: an annotated trace must
+/// still load in it (`agent/tests/capture/trace_annotation.rs`).
+pub const HTA_CHECK_PACKAGES: &[&str] = &["HolisticTraceAnalysis==0.5.0"];
+/// Its virtual environment (agent/tests/capture/trace_annotation.rs looks here).
+pub const HTA_CHECK_VENV: &str = "target/tools/hta-venv";
+
+fn hta_check_packages(check_only: bool) -> Result<bool> {
+    python_venv(
+        check_only,
+        "the profiler trace checks",
+        HTA_CHECK_VENV,
+        HTA_CHECK_PACKAGES,
+        "import hta.trace_analysis",
+    )
+}
+
+/// Real PyTorch profiler traces for `uvmwatch annotate`'s tests, from a registry CI can
+/// reach: the source archive of PyPI `perfdigest-mcp` 1.3.0 (Apache-2.0) keeps two
+/// torch.profiler exports in its tests (torch 2.12.1+cu132, RTX 4060 Laptop GPU, its
+/// `host_name` redacted). Never committed here: fetched at set-up, checked by hash.
+pub const PUBLIC_KINETO_SDIST: (&str, &str) = (
+    "perfdigest-mcp==1.3.0",
+    "85f5786040c10da963656caef982a7801591ac7de5d88e40959e166702c3c34e",
+);
+/// The traces in it: path inside the archive, and sha256.
+pub const PUBLIC_KINETO_TRACES: &[(&str, &str)] = &[
+    (
+        "perfdigest_mcp-1.3.0/tests/fixtures/torch_sample.torch-trace.json",
+        "30bef80a13f02093e07e6955bb63338be24d7eed468335cb336086c4e51b27f3",
+    ),
+    (
+        "perfdigest_mcp-1.3.0/tests/fixtures/torch_compiled_train_sample.torch-trace.json",
+        "3c2015da0208b6820d0eb90fb50956027bebdaa79c849ef1dc1a2f12516979bd",
+    ),
+];
+/// Where they go (agent/tests/capture/trace_annotation.rs looks here).
+pub const PUBLIC_KINETO_DIR: &str = "target/tools/kineto-traces";
+
+fn sha256_of(path: &std::path::Path) -> Option<String> {
+    let out = Command::new("sha256sum").arg(path).output().ok()?;
+    let text = String::from_utf8(out.stdout).ok()?;
+    text.split_whitespace().next().map(str::to_string)
+}
+
+fn public_kineto_traces(check_only: bool) -> Result<bool> {
+    let what = format!(
+        "public PyTorch profiler traces (from PyPI {}) in {PUBLIC_KINETO_DIR}",
+        PUBLIC_KINETO_SDIST.0
+    );
+    let dir = crate::util::workspace_root().join(PUBLIC_KINETO_DIR);
+    let file = |inner: &str| dir.join(inner.rsplit('/').next().unwrap_or(inner));
+    let present = PUBLIC_KINETO_TRACES
+        .iter()
+        .all(|(inner, sum)| sha256_of(&file(inner)).as_deref() == Some(*sum));
+    if present {
+        println!("ok: {what}");
+        return Ok(true);
+    }
+    if check_only {
+        println!("missing: {what}");
+        return Ok(false);
+    }
+    println!("installing: {what}");
+    let tmp = dir.join(".download");
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp)?;
+    run_inherit(
+        Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "-d",
+            ])
+            .arg(&tmp)
+            .arg(PUBLIC_KINETO_SDIST.0),
+    )?;
+    let sdist = tmp.join("perfdigest_mcp-1.3.0.tar.gz");
+    if sha256_of(&sdist).as_deref() != Some(PUBLIC_KINETO_SDIST.1) {
+        bail!("{} does not have the expected sha256", sdist.display());
+    }
+    let mut tar = Command::new("tar");
+    tar.arg("xzf").arg(&sdist).arg("-C").arg(&tmp);
+    for (inner, _) in PUBLIC_KINETO_TRACES {
+        tar.arg(inner);
+    }
+    run_inherit(&mut tar)?;
+    for (inner, sum) in PUBLIC_KINETO_TRACES {
+        let got = tmp.join(inner);
+        if sha256_of(&got).as_deref() != Some(*sum) {
+            bail!("{} does not have the expected sha256", got.display());
+        }
+        std::fs::rename(&got, file(inner))?;
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+    Ok(true)
 }
 
 fn deploy_check_packages(check_only: bool) -> Result<bool> {

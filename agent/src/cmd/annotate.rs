@@ -5,7 +5,7 @@ use std::{io::Write, path::PathBuf, process::ExitCode};
 use anyhow::{Context, Result};
 
 use crate::export::{
-    annotate::{annotate as merge, read_maybe_gz, Options},
+    annotate::{annotate_stream, open_maybe_gz, Options},
     capture,
 };
 
@@ -38,15 +38,14 @@ pub struct AnnotateArgs {
     pub keep_before_base: bool,
 }
 
-/// `uvmwatch annotate`: reads both files, merges, writes the output (through a temporary
-/// file), and says on stderr which process went where.
+/// `uvmwatch annotate`: reads the capture, streams the trace through (twice: surveyed,
+/// then copied with the capture's events inserted; memory bounded by the capture whatever
+/// the trace's size), writes the output through a temporary file, and says on stderr which
+/// process went where.
 ///
 /// # Errors
-/// As [`merge`], or a file cannot be read or written.
+/// As [`annotate_stream`], or a file cannot be read or written.
 pub fn annotate(a: AnnotateArgs) -> Result<ExitCode> {
-    let trace = read_maybe_gz(&a.trace)?;
-    let text =
-        String::from_utf8(trace).with_context(|| format!("{} is not UTF-8", a.trace.display()))?;
     let cap = capture::read_capture(&a.capture)?;
     let opts = Options {
         pid: a.pid,
@@ -59,16 +58,27 @@ pub fn annotate(a: AnnotateArgs) -> Result<ExitCode> {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default(),
     };
-    let (out, summary) =
-        merge(&text, &cap, &opts).with_context(|| format!("annotating {}", a.trace.display()))?;
-    let bytes = if a.output.extension().is_some_and(|e| e == "gz") {
-        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-        gz.write_all(out.as_bytes())?;
-        gz.finish()?
-    } else {
-        out.into_bytes()
-    };
-    capture::write_atomically(&a.output, &bytes)?;
+    let gz = a.output.extension().is_some_and(|e| e == "gz");
+    let mut summary = None;
+    capture::write_atomically_with(&a.output, |f| {
+        let out = std::io::BufWriter::with_capacity(1 << 16, f);
+        let open = || open_maybe_gz(&a.trace);
+        let s = if gz {
+            let mut z = flate2::write::GzEncoder::new(out, flate2::Compression::default());
+            let s = annotate_stream(open, &mut z, &cap, &opts)?;
+            z.finish()?.flush()?;
+            s
+        } else {
+            let mut out = out;
+            let s = annotate_stream(open, &mut out, &cap, &opts)?;
+            out.flush()?;
+            s
+        };
+        summary = Some(s);
+        Ok(())
+    })
+    .with_context(|| format!("annotating {}", a.trace.display()))?;
+    let summary = summary.expect("set when the output was written");
     for m in &summary.mapped {
         eprintln!(
             "uvmwatch annotate: {} (host pid {}) -> trace pid {}: {} events",

@@ -17,19 +17,21 @@
 //!
 //! The profiler's file is not re-serialised: the new events are inserted as text at the
 //! end of its `traceEvents` array and a `uvmwatch` member at the end of the top-level
-//! object, so every other byte stays as it was; `scan.rs` finds where those are.
+//! object, so every other byte stays as it was. It is read as a stream, twice (`stream.rs`):
+//! a trace of any size is annotated in memory bounded by the capture.
 
-mod scan;
+mod stream;
+
+pub use stream::{survey, Survey};
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    io::Read,
+    io::{BufRead, BufReader, Write},
     path::Path,
 };
 
 use anyhow::{bail, Context, Result};
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde::Serialize;
 
 use crate::export::capture::{
     self,
@@ -90,70 +92,31 @@ pub struct Summary {
     pub warnings: Vec<String>,
 }
 
-/// The few fields of a trace event read to place the uvmwatch events.
-#[derive(Deserialize)]
-struct Peek {
-    #[serde(default)]
-    ph: Option<String>,
-    #[serde(default)]
-    pid: Option<Value>,
-    #[serde(default)]
-    ts: Option<Value>,
-    #[serde(default)]
-    dur: Option<Value>,
-}
-
-/// What the profiler's trace holds, as far as placing events goes.
-struct TraceFacts {
-    /// `[start, end)` of its events, ns on its own time base.
-    window: Option<(i128, i128)>,
-    /// Integer pids of its events.
-    pids: BTreeSet<u32>,
-}
-
-fn facts(text: &str, events: &[scan::Span]) -> Result<TraceFacts> {
-    let mut lo = i128::MAX;
-    let mut hi = i128::MIN;
-    let mut pids = BTreeSet::new();
-    for s in events {
-        let p: Peek = serde_json::from_str(&text[s.start..s.end])
-            .with_context(|| format!("trace event at byte {}", s.start))?;
-        if let Some(pid) = p.pid.as_ref().and_then(Value::as_u64) {
-            pids.insert(pid as u32);
-        }
-        if p.ph.as_deref() == Some("M") {
-            continue;
-        }
-        if let Some(ts) = p.ts.as_ref().and_then(chrome::nanos) {
-            let dur = p.dur.as_ref().and_then(chrome::nanos).unwrap_or(0);
-            lo = lo.min(ts);
-            hi = hi.max(ts + dur.max(0));
-        }
-    }
-    Ok(TraceFacts {
-        window: (lo <= hi).then_some((lo, hi)),
-        pids,
-    })
-}
-
-/// Reads a file, gunzipping it when it is gzip.
-pub fn read_maybe_gz(path: &Path) -> Result<Vec<u8>> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    if bytes.starts_with(&[0x1f, 0x8b]) {
-        let mut out = Vec::new();
-        flate2::read::GzDecoder::new(&bytes[..])
-            .read_to_end(&mut out)
-            .with_context(|| format!("gunzipping {}", path.display()))?;
-        Ok(out)
+/// Opens a trace file for reading, gunzipping it on the fly when it is gzip.
+///
+/// # Errors
+/// The file cannot be opened or read.
+pub fn open_maybe_gz(path: &Path) -> Result<Box<dyn BufRead>> {
+    let f = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut r = BufReader::with_capacity(1 << 16, f);
+    let gz = r
+        .fill_buf()
+        .with_context(|| format!("reading {}", path.display()))?
+        .starts_with(&[0x1f, 0x8b]);
+    Ok(if gz {
+        Box::new(BufReader::with_capacity(
+            1 << 16,
+            flate2::bufread::GzDecoder::new(r),
+        ))
     } else {
-        Ok(bytes)
-    }
+        Box::new(r)
+    })
 }
 
 /// Picks the trace pid of each captured process (see the module documentation).
 fn map_processes(
     capture: &Capture,
-    facts: &TraceFacts,
+    facts: &Survey,
     to_trace_ns: &dyn Fn(u64) -> i128,
     opts: &Options,
     summary: &mut Summary,
@@ -323,52 +286,35 @@ fn clip_before_base(items: &mut Vec<Item>, summary: &mut Summary) {
     });
 }
 
-/// Merges `capture` into the profiler trace `text`; returns the new text.
+/// Merges `capture` into the profiler trace `text`; returns the new text ([`annotate_stream`]
+/// on a text already in memory).
+///
+/// # Errors
+/// As [`annotate_stream`].
+pub fn annotate(text: &str, capture: &Capture, opts: &Options) -> Result<(String, Summary)> {
+    let mut out = Vec::with_capacity(text.len() + 4096);
+    let summary = annotate_stream(|| Ok(text.as_bytes()), &mut out, capture, opts)?;
+    Ok((String::from_utf8(out)?, summary))
+}
+
+/// Merges `capture` into the profiler trace that `open` reads (called twice: the trace is
+/// read as a stream, surveyed then copied, `stream.rs`) and writes the result to `w`. Memory
+/// is bounded by the capture, whatever the trace's size.
 ///
 /// # Errors
 /// The trace is not a JSON object with a `traceEvents` array (or a bare array), is
-/// already annotated, or no captured process can be placed.
-pub fn annotate(text: &str, capture: &Capture, opts: &Options) -> Result<(String, Summary)> {
-    serde_json::from_str::<serde::de::IgnoredAny>(text)
-        .context("the profiler trace is not valid JSON")?;
-    let b = text.as_bytes();
-    let root = scan::skip_ws(b, 0);
-    let mut summary = Summary::default();
-    // Where the events go, the existing events, and where the metadata member goes.
-    let (events, close, meta_at) = match b.get(root) {
-        Some(b'{') => {
-            let (members, _) = scan::members(b, root)?;
-            let mut events = None;
-            for (k, v) in &members {
-                let key: String = serde_json::from_str(&text[k.start..k.end])?;
-                match key.as_str() {
-                    "traceEvents" => {
-                        if b[v.start] != b'[' {
-                            bail!("traceEvents is not an array");
-                        }
-                        events = Some(scan::elements(b, v.start)?);
-                    }
-                    "baseTimeNanoseconds" => {
-                        let raw = text[v.start..v.end].trim_matches('"');
-                        summary.base_ns = Some(raw.parse().with_context(|| {
-                            format!("baseTimeNanoseconds {raw:?} is not a number")
-                        })?);
-                    }
-                    "uvmwatch" => bail!("the trace is already annotated by uvmwatch"),
-                    _ => {}
-                }
-            }
-            let (els, close) = events.context("the trace has no traceEvents array")?;
-            let last = members.last().map(|(_, v)| v.end);
-            (els, close, last)
-        }
-        Some(b'[') => {
-            let (els, close) = scan::elements(b, root)?;
-            (els, close, None)
-        }
-        _ => bail!("the profiler trace is neither a JSON object nor an array"),
+/// already annotated, no captured process can be placed, or reading or writing fails.
+pub fn annotate_stream<R: BufRead>(
+    open: impl Fn() -> Result<R>,
+    w: &mut impl Write,
+    capture: &Capture,
+    opts: &Options,
+) -> Result<Summary> {
+    let facts = stream::survey(open()?)?;
+    let mut summary = Summary {
+        base_ns: facts.base_ns,
+        ..Summary::default()
     };
-    let facts = facts(text, &events)?;
     let base = summary.base_ns.map(|b| b as i128).unwrap_or(0);
     let offset = capture.meta.clock.offset_ns;
     let to_trace_ns = move |mono: u64| mono as i128 + offset - base;
@@ -462,38 +408,16 @@ pub fn annotate(text: &str, capture: &Capture, opts: &Options) -> Result<(String
         );
     }
 
-    let mut out =
-        String::with_capacity(text.len() + lines.iter().map(|l| l.len() + 4).sum::<usize>() + 1024);
-    let mut inserts: Vec<(usize, String)> = Vec::new();
-    let joined = lines
-        .iter()
-        .map(|l| format!("  {l}"))
-        .collect::<Vec<_>>()
-        .join(",\n");
-    if !lines.is_empty() {
-        match events.last() {
-            Some(last) => inserts.push((last.end, format!(",\n{joined}"))),
-            None => inserts.push((close, format!("\n{joined}\n"))),
-        }
-    }
-    if let Some(at) = meta_at {
-        inserts.push((
-            at,
-            format!(
-                ",\n  \"uvmwatch\": {}",
-                meta_member(capture, &summary, opts)
-            ),
-        ));
-    }
-    inserts.sort_by_key(|(at, _)| *at);
-    let mut pos = 0;
-    for (at, s) in inserts {
-        out.push_str(&text[pos..at]);
-        out.push_str(&s);
-        pos = at;
-    }
-    out.push_str(&text[pos..]);
-    Ok((out, summary))
+    let events = (!lines.is_empty()).then(|| {
+        lines
+            .iter()
+            .map(|l| format!("  {l}"))
+            .collect::<Vec<_>>()
+            .join(",\n")
+    });
+    let meta = facts.object.then(|| meta_member(capture, &summary, opts));
+    stream::splice(open()?, w, events, meta)?;
+    Ok(summary)
 }
 
 /// The output's `uvmwatch` member: where the capture came from and what was placed.
@@ -557,6 +481,7 @@ fn meta_member(c: &Capture, s: &Summary, opts: &Options) -> String {
 mod tests {
     use super::*;
     use crate::export::capture::testing::story;
+    use serde_json::Value;
 
     /// base = wall clock of monotonic 1001 s in the story's clock (1 s after its start).
     const BASE: u64 = 1_750_000_001_000_000_000;

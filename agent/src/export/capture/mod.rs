@@ -330,6 +330,18 @@ pub fn decode_capture(bytes: &[u8]) -> Result<Capture> {
 /// # Errors
 /// The directory is not writable, or the disk is full.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomically_with(path, |f| f.write_all(bytes).map_err(Into::into))
+}
+
+/// [`write_atomically`] of what `write` writes to the temporary file (a stream of any
+/// size): renamed over `path` only when `write` succeeds.
+///
+/// # Errors
+/// `write` fails, or the file cannot be created, synced or renamed.
+pub fn write_atomically_with(
+    path: &Path,
+    write: impl FnOnce(&mut std::fs::File) -> Result<()>,
+) -> Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
@@ -342,8 +354,8 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     let r = (|| -> Result<()> {
         let mut f =
             std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-        f.write_all(bytes)
-            .and_then(|()| f.sync_all())
+        write(&mut f).with_context(|| format!("writing {}", tmp.display()))?;
+        f.sync_all()
             .with_context(|| format!("writing {}", tmp.display()))?;
         std::fs::rename(&tmp, path)
             .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
