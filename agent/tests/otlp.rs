@@ -828,32 +828,17 @@ fn otlp_stall_is_exported_while_cuinit_hangs_and_ids_match_when_it_ends() {
 /// A Python with the OpenTelemetry SDK and its OTLP/HTTP exporter (`cargo xtask setup`
 /// installs them in target/tools/otel-venv; `$UVMWATCH_OTEL_PYTHON` overrides), or why none.
 fn otel_python() -> Result<std::path::PathBuf, String> {
-    let mut candidates: Vec<std::path::PathBuf> = Vec::new();
-    if let Some(p) = std::env::var_os("UVMWATCH_OTEL_PYTHON") {
-        candidates.push(p.into());
-    }
-    candidates.push(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../target/tools/otel-venv/bin/python3"),
-    );
-    for c in candidates {
-        let ok = std::process::Command::new(&c)
-            .args([
-                "-c",
-                "import opentelemetry.sdk.trace, opentelemetry.exporter.otlp.proto.http.trace_exporter",
-            ])
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok {
-            return Ok(c);
-        }
-    }
-    Err(
+    common::tool_python(
+        "UVMWATCH_OTEL_PYTHON",
+        "target/tools/otel-venv",
+        "import opentelemetry.sdk.trace, opentelemetry.exporter.otlp.proto.http.trace_exporter",
+        false,
+    )
+    .ok_or_else(|| {
         "no Python with opentelemetry-sdk and opentelemetry-exporter-otlp-proto-http \
          (cargo xtask setup installs them in target/tools/otel-venv)"
-            .into(),
-    )
+            .into()
+    })
 }
 
 #[test]

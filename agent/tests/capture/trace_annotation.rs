@@ -278,23 +278,17 @@ fn annotate_streams_a_large_trace_in_bounded_memory() {
 /// A Python with Holistic Trace Analysis (PyPI `HolisticTraceAnalysis`; `cargo xtask setup`
 /// installs it in target/tools/hta-venv; `$UVMWATCH_HTA_PYTHON` overrides), or why none.
 fn hta_python() -> Result<PathBuf, String> {
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Some(p) = std::env::var_os("UVMWATCH_HTA_PYTHON") {
-        candidates.push(p.into());
-    }
-    candidates
-        .push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tools/hta-venv/bin/python3"));
-    for c in candidates {
-        let ok = Command::new(&c)
-            .args(["-c", "import hta.trace_analysis"])
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok {
-            return Ok(c);
-        }
-    }
-    Err("no Python with HolisticTraceAnalysis (cargo xtask setup installs it in target/tools/hta-venv)".into())
+    common::tool_python(
+        "UVMWATCH_HTA_PYTHON",
+        "target/tools/hta-venv",
+        "import hta.trace_analysis",
+        false,
+    )
+    .ok_or_else(|| {
+        "no Python with HolisticTraceAnalysis (cargo xtask setup installs it in \
+         target/tools/hta-venv)"
+            .into()
+    })
 }
 
 /// The rows HTA keeps of each trace (`fixtures/annotate/hta_rows.py`).

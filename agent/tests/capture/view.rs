@@ -78,31 +78,18 @@ pub(crate) const PERFETTO_INSTALL: &str =
 
 /// A Python interpreter that has the PyPI `perfetto` package, or why there is none.
 pub(crate) fn perfetto_python() -> Result<PathBuf, String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Some(p) = std::env::var_os("UVMWATCH_PERFETTO_PYTHON") {
-        candidates.push(p.into());
-    }
-    candidates.push(root.join("target/tools/perfetto-venv/bin/python3"));
-    candidates.push("python3".into());
-    for c in &candidates {
-        let ok = Command::new(c)
-            .args([
-                "-c",
-                "import perfetto.protos.perfetto.trace.perfetto_trace_pb2",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok {
-            return Ok(c.clone());
-        }
-    }
-    Err(format!(
-        "no Python with the PyPI perfetto package (Perfetto's proto definitions); \
-         install with `{PERFETTO_INSTALL}` or set UVMWATCH_PERFETTO_PYTHON"
-    ))
+    common::tool_python(
+        "UVMWATCH_PERFETTO_PYTHON",
+        "target/tools/perfetto-venv",
+        "import perfetto.protos.perfetto.trace.perfetto_trace_pb2",
+        true,
+    )
+    .ok_or_else(|| {
+        format!(
+            "no Python with the PyPI perfetto package (Perfetto's proto definitions); \
+             install with `{PERFETTO_INSTALL}` or set UVMWATCH_PERFETTO_PYTHON"
+        )
+    })
 }
 
 /// Decodes `path` with Perfetto's definitions ([`PERFETTO_DECODER`]).

@@ -426,3 +426,31 @@ pub fn host_lib_dir() -> tempfile::TempDir {
         .tempdir()
         .unwrap()
 }
+
+/// The first Python of: `$<env>`, the virtual environment `venv` (relative to the
+/// workspace, where `cargo xtask setup` installs a test's PyPI packages), and `python3` on
+/// `PATH` when `path_too`, that runs `import` (e.g. `import hta.trace_analysis`). `None`
+/// when none does.
+pub fn tool_python(env: &str, venv: &str, import: &str, path_too: bool) -> Option<PathBuf> {
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(p) = std::env::var_os(env) {
+        candidates.push(p.into());
+    }
+    candidates.push(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(venv)
+            .join("bin/python3"),
+    );
+    if path_too {
+        candidates.push("python3".into());
+    }
+    candidates.into_iter().find(|c| {
+        std::process::Command::new(c)
+            .args(["-c", import])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}

@@ -258,16 +258,25 @@ pub fn no_driver(e: &Evidence) -> Option<String> {
         Ok(_) => return None,
         Err(u) => u.why.clone(),
     };
-    if e.modules
-        .get()
-        .is_some_and(|m| m.iter().any(|n| n == "nvidia"))
-    {
+    if nvidia_in_modules(e) {
         return None;
     }
     if e.dev_nodes.get().is_some_and(|n| !n.is_empty()) {
         return None;
     }
     Some(format!("{}: {}", e.driver.source, why))
+}
+
+/// `nvidia` is among the loaded modules (`/proc/modules`).
+fn nvidia_in_modules(e: &Evidence) -> bool {
+    e.modules
+        .get()
+        .is_some_and(|m| m.iter().any(|n| n == "nvidia"))
+}
+
+/// The nvidia module is loaded: its version file is there, or `/proc/modules` lists it.
+fn nvidia_loaded(e: &Evidence) -> bool {
+    driver(e).is_some() || nvidia_in_modules(e)
 }
 
 // ---------------------------------------------------------------------------------------

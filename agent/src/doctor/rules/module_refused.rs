@@ -13,7 +13,9 @@
 
 use super::super::facts::{Evidence, Observations, SmiVerdict};
 use super::super::finding::{Confidence, Finding, FixStep, Severity, Where};
-use super::{cu, driver, finding, host_only_note, item, klog, push_cuinit, step, SRC_OPENAT};
+use super::{
+    cu, finding, host_only_note, item, klog, nvidia_loaded, push_cuinit, step, SRC_OPENAT,
+};
 
 /// Why the kernel refused the module, from its lines.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,10 +43,7 @@ pub(super) fn check(e: &Evidence, o: &Observations) -> Option<Finding> {
     if o.cuinit_result == Some(cu::SUCCESS) {
         return None;
     }
-    let loaded = driver(e).is_some()
-        || e.modules
-            .get()
-            .is_some_and(|m| m.iter().any(|n| n == "nvidia"));
+    let loaded = nvidia_loaded(e);
     if loaded {
         return None;
     }

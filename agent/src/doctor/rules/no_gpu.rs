@@ -13,7 +13,8 @@ use super::super::facts::{Evidence, Observations, SmiOutcome, SmiVerdict};
 use super::super::finding::{Confidence, EvidenceItem, Finding, FixStep, Severity, Where};
 use super::{
     against, call_text, container_kind, cu, cuinit_is, driver, finding, host_only_note,
-    is_gpu_node, item, klog, push_cuinit, step, unknown, SRC_CUINIT, SRC_IOCTL, SRC_OPENAT,
+    is_gpu_node, item, klog, nvidia_loaded, push_cuinit, step, unknown, SRC_CUINIT, SRC_IOCTL,
+    SRC_OPENAT,
 };
 
 /// Errnos of an open of a GPU node that has no GPU behind it.
@@ -52,10 +53,7 @@ pub(super) fn check(e: &Evidence, o: &Observations) -> Option<Finding> {
     if o.cuinit_result == Some(cu::SUCCESS) {
         return None;
     }
-    let loaded = driver(e).is_some()
-        || e.modules
-            .get()
-            .is_some_and(|m| m.iter().any(|n| n == "nvidia"));
+    let loaded = nvidia_loaded(e);
     let mut f = if loaded {
         loaded_without_gpu(e)?
     } else {
