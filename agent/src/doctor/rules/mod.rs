@@ -76,6 +76,14 @@ pub struct Rule {
     /// ([`diagnose`]). A slow successful start is no second finding beside the driver hang
     /// the probes saw it stuck in.
     pub yields_to: &'static [&'static str],
+    /// When, on this host, the finding yields to those of [`Rule::yields_to`]: only where
+    /// the stronger cause accounts for all of it ([`always`] for most rules).
+    pub yield_when: fn(&Evidence) -> bool,
+}
+
+/// [`Rule::yield_when`] of a rule whose finding always yields to its stronger ones.
+fn always(_: &Evidence) -> bool {
+    true
 }
 
 /// Every rule, in the order of the rules table of `docs/doctor.md`, with `no_gpu` before
@@ -89,6 +97,7 @@ pub const RULES: &[Rule] = &[
         check: hmm_setup_failure::check,
         tell_apart: "sudo modprobe -r nvidia_uvm && sudo modprobe nvidia_uvm uvm_disable_hmm=1, then start the failing program again: it starts now if HMM set-up was the cause (reload without the parameter to undo)",
         yields_to: &[],
+        yield_when: always,
     },
     Rule {
         id: "driver_hang",
@@ -96,6 +105,7 @@ pub const RULES: &[Rule] = &[
         check: driver_hang::check,
         tell_apart: "sudo cat /proc/<pid>/task/<tid>/stack: frames in uvm_* or nv_* functions mean the driver holds the thread",
         yields_to: &[],
+        yield_when: always,
     },
     Rule {
         id: "module_refused",
@@ -103,6 +113,7 @@ pub const RULES: &[Rule] = &[
         check: module_refused::check,
         tell_apart: "sudo modprobe nvidia; sudo dmesg | tail -n 5 && mokutil --sb-state: the kernel's own reason for refusing it",
         yields_to: &[],
+        yield_when: always,
     },
     Rule {
         id: "no_gpu",
@@ -110,6 +121,7 @@ pub const RULES: &[Rule] = &[
         check: no_gpu::check,
         tell_apart: "lspci -nnk -d 10de:: each NVIDIA GPU and the kernel driver in use for it (nvidia, vfio-pci, nouveau or none)",
         yields_to: &[],
+        yield_when: always,
     },
     Rule {
         id: "wsl2",
@@ -117,6 +129,7 @@ pub const RULES: &[Rule] = &[
         check: wsl2::check,
         tell_apart: "/usr/lib/wsl/lib/nvidia-smi -L && ldconfig -p | grep libcuda: the GPU through WSL's own tools, and only WSL's libcuda found",
         yields_to: &[],
+        yield_when: always,
     },
     Rule {
         id: "node_or_module_missing",
@@ -124,6 +137,7 @@ pub const RULES: &[Rule] = &[
         check: node_or_module_missing::check,
         tell_apart: "lsmod | grep -E '^nvidia(_uvm)? ' && ls -l /dev/nvidia*: the modules loaded and the nodes there (inside the container for a container)",
         yields_to: &["module_refused", "no_gpu"],
+        yield_when: node_or_module_missing::explained_by_an_absent_driver,
     },
     Rule {
         id: "device_permission",
@@ -131,6 +145,7 @@ pub const RULES: &[Rule] = &[
         check: device_permission::check,
         tell_apart: "ls -l /dev/nvidia* && id: each node's owner and mode against your user and groups (in a cgroup v1 container also cat /sys/fs/cgroup/devices/devices.list)",
         yields_to: &[],
+        yield_when: always,
     },
     Rule {
         id: "stale_after_suspend",
@@ -138,6 +153,7 @@ pub const RULES: &[Rule] = &[
         check: stale_after_suspend::check,
         tell_apart: "journalctl -k -b | grep -E 'nvidia-uvm: Loaded|PM: suspend exit': a resume after nvidia_uvm was loaded",
         yields_to: &[],
+        yield_when: always,
     },
     Rule {
         id: "fabric_not_ready",
@@ -145,6 +161,7 @@ pub const RULES: &[Rule] = &[
         check: fabric_not_ready::check,
         tell_apart: "nvidia-smi -q | grep -A3 Fabric: State Completed with Status Success once Fabric Manager has registered the GPU",
         yields_to: &[],
+        yield_when: always,
     },
     Rule {
         id: "version_mismatch",
@@ -152,6 +169,7 @@ pub const RULES: &[Rule] = &[
         check: version_mismatch::check,
         tell_apart: "cat /proc/driver/nvidia/version && ls -l /usr/lib/x86_64-linux-gnu/libcuda.so.*: the kernel module's version against the library's",
         yields_to: &[],
+        yield_when: always,
     },
     Rule {
         id: "slow_init",
@@ -159,6 +177,7 @@ pub const RULES: &[Rule] = &[
         check: slow_init::check,
         tell_apart: "nvidia-smi -q | grep 'Persistence Mode' && time nvidia-smi -L: persistence off and a slow first call",
         yields_to: &["driver_hang"],
+        yield_when: always,
     },
     Rule {
         id: "adapter_init_failure",
@@ -166,6 +185,7 @@ pub const RULES: &[Rule] = &[
         check: adapter_init_failure::check,
         tell_apart: "sudo dmesg | grep -E 'RmInitAdapter|Xid': the GPU that did not come up and the driver's reason",
         yields_to: &[],
+        yield_when: always,
     },
     Rule {
         id: "fork_after_init",
@@ -173,6 +193,7 @@ pub const RULES: &[Rule] = &[
         check: fork_after_init::check,
         tell_apart: "strace -f -e trace=clone,clone3,fork,vfork,execve <program>: a child cloned without execve after the parent's cuInit",
         yields_to: &[],
+        yield_when: always,
     },
     Rule {
         id: "policy_or_partition",
@@ -180,6 +201,7 @@ pub const RULES: &[Rule] = &[
         check: policy_or_partition::check,
         tell_apart: "nvidia-smi --query-gpu=index,compute_mode,mig.mode.current --format=csv and echo $CUDA_VISIBLE_DEVICES",
         yields_to: &[],
+        yield_when: always,
     },
 ];
 
@@ -198,10 +220,9 @@ pub fn diagnose(e: &Evidence, o: &Observations) -> Vec<Finding> {
         .map(|f| f.rule.clone())
         .collect();
     findings.retain(|f| {
-        RULES
-            .iter()
-            .find(|r| r.id == f.rule)
-            .is_none_or(|r| !r.yields_to.iter().any(|y| fired.iter().any(|id| id == y)))
+        RULES.iter().find(|r| r.id == f.rule).is_none_or(|r| {
+            !((r.yield_when)(e) && r.yields_to.iter().any(|y| fired.iter().any(|id| id == y)))
+        })
     });
     rank(&mut findings);
     findings

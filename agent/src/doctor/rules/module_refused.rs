@@ -34,9 +34,11 @@ enum Why {
 
 /// Module refused: the nvidia module is not loaded and the kernel log says, after the last
 /// successful load, that a module was refused (signature, lockdown, unknown symbols, version
-/// magic, the open flavour on a GPU without GSP). Critical; high confidence when the lines
-/// name an nvidia module or an NVIDIA GPU on the PCI bus has no driver, medium on the unnamed
-/// lines alone; low, with no line at all, for a GPU waiting without a driver while
+/// magic, the open flavour on a GPU without GSP); lines that name no module count only with a
+/// sign of NVIDIA on the host (a GPU on the PCI bus, `nvidia-smi` finding no driver, CUDA
+/// seen failing). Critical; high confidence when the lines name an nvidia module or an NVIDIA
+/// GPU on the PCI bus has no driver, medium otherwise; low, with no line at all, for a GPU
+/// waiting without a driver while
 /// `nvidia-smi` cannot reach one or CUDA was seen failing. Observed: a `cuInit` failure and
 /// failed opens of the nodes the driver would have made.
 pub(super) fn check(e: &Evidence, o: &Observations) -> Option<Finding> {
@@ -81,6 +83,13 @@ pub(super) fn check(e: &Evidence, o: &Observations) -> Option<Finding> {
             || l.contains("module nvidia")
             || l.contains("NVRM:")
     });
+    // The signature and lockdown lines name no module: on their own they may be another
+    // vendor's module. Only with a sign of NVIDIA here (a GPU on the PCI bus, NVIDIA's user
+    // space finding no driver, CUDA seen failing) are they the nvidia module's.
+    let nvidia_here = e.pci_gpus.get().is_some_and(|g| !g.is_empty()) || smi_no_driver || failed;
+    if !lines.is_empty() && !named && !nvidia_here {
+        return None;
+    }
     let confidence = match why {
         Why::NotLoaded => Confidence::Low,
         _ if named || !waiting.is_empty() => Confidence::High,
@@ -254,9 +263,21 @@ mod tests {
     }
 
     #[test]
-    fn module_refused_unnamed_line_alone_is_medium_and_unknown_symbol_names_the_kernel() {
+    fn module_refused_unnamed_line_needs_a_sign_of_nvidia_and_unknown_symbol_names_the_kernel() {
+        // The PCI bus unreadable, NVIDIA's user space finding no driver: medium.
         let mut e = refused_host(&[SIG], None);
         e.pci_gpus = Fact::unavailable("not present", "/sys/bus/pci/devices");
+        e.smi_outcome = Fact::ok(
+            crate::doctor::facts::SmiOutcome {
+                verdict: SmiVerdict::NoDriver,
+                status: Some("exit status 9".into()),
+                message: Some(
+                    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+                        .into(),
+                ),
+            },
+            "nvidia-smi -q",
+        );
         let fs = super::super::diagnose(&e, &plain());
         expect(
             &fs,
@@ -264,6 +285,11 @@ mod tests {
             Severity::Critical,
             Confidence::Medium,
         );
+        // No NVIDIA GPU on the bus, no NVIDIA user space, nothing failing: another vendor's
+        // module, not this.
+        let mut e = refused_host(&[SIG], None);
+        e.pci_gpus = Fact::ok(vec![], "/sys/bus/pci/devices");
+        absent(&super::super::diagnose(&e, &plain()), "module_refused");
         let e = refused_host(
             &["[ 6.2] nvidia: Unknown symbol drm_gem_prime_export (err -2)"],
             None,

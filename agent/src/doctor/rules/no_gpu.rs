@@ -957,6 +957,23 @@ mod tests {
     }
 
     #[test]
+    fn no_gpu_beside_a_missing_uvm_node_names_both() {
+        // NVIDIA's real driver loaded without a GPU (vm-test nvidia_failures): a missing
+        // /dev/nvidia-uvm is a problem of its own, not explained by the missing GPU.
+        let mut e = healthy_open_host();
+        e.gpus = Fact::ok(vec![], "/proc/driver/nvidia/gpus");
+        e.pci_gpus = Fact::ok(vec![], "/sys/bus/pci/devices");
+        e.smi = Fact::unavailable("nvidia-smi not captured", "nvidia-smi -q");
+        let o = watched()
+            .cuinit(999, 0.01)
+            .failed_open("/dev/nvidia-uvm", "ENOENT");
+        let fs = diagnose(&e, &o);
+        let rules = rules_of(&fs);
+        assert!(rules.contains(&"no_gpu"), "{fs:#?}");
+        assert!(rules.contains(&"node_or_module_missing"), "{fs:#?}");
+    }
+
+    #[test]
     fn no_gpu_not_on_the_healthy_snapshot_nor_without_its_gpu_list() {
         absent(&diagnose_spec(&SnapshotSpec::default(), &plain()), "no_gpu");
         absent(

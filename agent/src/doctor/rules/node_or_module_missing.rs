@@ -12,6 +12,18 @@ use super::{
 /// Errnos of an `open()` of a node that is missing or has no driver behind it.
 const MISSING_ERRNOS: &[&str] = &["ENOENT", "ENXIO", "ENODEV"];
 
+/// Whether a missing node follows from a stronger cause on this host (its
+/// [`Rule::yield_when`](super::Rule::yield_when)): the nvidia module is not loaded at all
+/// (refused, or no GPU to drive: every node is missing because of it), or this container was
+/// given no NVIDIA node at all (no GPU given to it). With the driver loaded, a missing
+/// `/dev/nvidia-uvm` is a problem of its own (nvidia_uvm not loaded, its node not made),
+/// named beside a GPU-less driver, not hidden behind it.
+pub(super) fn explained_by_an_absent_driver(e: &Evidence) -> bool {
+    let no_nodes_in_container =
+        container_kind(e).is_some() && e.dev_nodes.get().is_some_and(|n| n.is_empty());
+    !super::nvidia_loaded(e) || no_nodes_in_container
+}
+
 /// Node or module missing: `nvidia_uvm` not loaded, or its node not created or not passed
 /// into the container. Observed: an `openat` of a `/dev/nvidia*` node returning `ENOENT`
 /// (or `ENXIO`/`ENODEV`: a node with no driver behind it). Static: `/proc/modules`,
