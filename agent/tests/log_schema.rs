@@ -18,6 +18,7 @@ use std::{
 
 use common::{artifacts, host_lib, Agent, HostLib};
 use serde_json::Value;
+use uvmwatch::export::log::schema;
 use uvmwatch_testbed::{
     procfs, FakeDev, FakeDevConfig, IoctlAction, IoctlRule, LibLocation, OpenDenial, Scenario,
     Workload, WorkloadConfig,
@@ -162,6 +163,28 @@ fn record_shapes(records: &[Value]) -> BTreeMap<String, BTreeSet<String>> {
     out
 }
 
+/// Records a run may or may not write, by timing alone; when one is written, its fields
+/// must be those of the schema table (`docs/log-schema.md`). A workload that fails its
+/// cuInit exits at once: on a loaded machine it can be gone before the agent reads its
+/// `/proc/<pid>/root` to find the library it opened (seen in CI, 2026-12-03).
+const MAY_BE_ADDED_BY_TIMING: &[&str] = &["libcuda_open DEBUG library opened but not resolvable"];
+
+/// The fields the schema table gives a record (`event level message` key), with the fields
+/// every record carries.
+fn documented_fields(key: &str) -> BTreeSet<String> {
+    let record = schema::RECORDS
+        .iter()
+        .find(|r| format!("{} {} {}", r.event, r.level, r.message) == key)
+        .unwrap_or_else(|| panic!("`{key}` is not in the schema table"));
+    record
+        .fields
+        .iter()
+        .map(|f| f.name)
+        .chain(["event", "level", "message", "target"])
+        .map(str::to_string)
+        .collect()
+}
+
 /// Families whose series values depend on timing or on what else runs on the machine:
 /// only their series (names and labels) are compared.
 const TIMED: &[&str] = &[
@@ -231,6 +254,10 @@ fn the_demo_scenarios_keep_their_log_fields_and_metrics() {
         "--evidence-root",
         root.to_str().unwrap(),
     ]);
+    // Each timing-dependent record is in the schema table, whether or not this run writes it.
+    for key in MAY_BE_ADDED_BY_TIMING {
+        documented_fields(key);
+    }
     for case in cases() {
         run_case(&agent, lib, &case);
     }
@@ -269,7 +296,17 @@ fn the_demo_scenarios_keep_their_log_fields_and_metrics() {
                 w, fields,
                 "the fields of `{key}` changed (docs/log-schema.md is the contract)"
             ),
-            None => panic!("a record `{key}` that the contract does not have: {fields:?}"),
+            None => {
+                assert!(
+                    MAY_BE_ADDED_BY_TIMING.contains(&key.as_str()),
+                    "a record `{key}` that the contract does not have: {fields:?}"
+                );
+                assert_eq!(
+                    documented_fields(key),
+                    *fields,
+                    "the fields of `{key}` are not those docs/log-schema.md gives"
+                );
+            }
         }
     }
     let want_metrics: Vec<String> = std::fs::read_to_string(&metrics_file)
