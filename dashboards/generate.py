@@ -676,9 +676,13 @@ def agent():
                      [target(f"sum by (instance) (rate(uvmwatch_events_dropped_total{sel()}[$__rate_interval]))",
                              "{{instance}}")], "eps"), 8, 7)
     L.add(timeseries("Kernel map full", "Calls, processes, opens or aggregate series per "
-                     "second that could not be stored because a kernel map was full, by map.",
+                     "second that could not be stored because a kernel map was full, by map; "
+                     "and opens not followed to their exit (their start recycled by the "
+                     "per-thread map of opens, past 16384 threads, or begun before the agent).",
                      [target(f"sum by (instance, map) (rate(uvmwatch_kernel_map_full_total{sel()}[$__rate_interval]))",
-                             "{{instance}} {{map}}")], "ops"), 8, 7)
+                             "{{instance}} {{map}}"),
+                      target(f"sum by (instance) (rate(uvmwatch_opens_unfollowed_total{sel()}[$__rate_interval]))",
+                             "{{instance}} opens unfollowed")], "ops"), 8, 7)
     L.add(timeseries("Tracked processes", "Processes whose ioctls the kernel side looks at.",
                      [target(f"uvmwatch_tracked_processes{sel()}", "{{instance}}")], "none"), 8, 7)
     L.add(table("Versions", "Agent version and kernel release per agent "

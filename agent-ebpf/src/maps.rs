@@ -91,7 +91,8 @@ pub static INFLIGHT_CUINIT: LruHashMap<u32, InflightCuinit> = LruHashMap::with_m
 /// Tracepoint backend: the last `open`, `openat` or `openat2` of each thread (the path's
 /// address, not the path), put here by the enter and taken by the exit only for an open it
 /// reports (a failed one: its path is read then); any other stays until the thread's next
-/// open overwrites it or the thread exits (an LRU map, so it never fills). Fentry backend:
+/// open overwrites it or the thread exits (an LRU map, so it never fills; an entry it
+/// recycled is counted at its exit where needed: `counter::OPEN_UNFOLLOWED`). Fentry backend:
 /// only opens of NVIDIA character devices, from `chrdev_open`'s entry (their start and
 /// node) to `do_filp_open`'s exit.
 #[map]

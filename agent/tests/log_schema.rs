@@ -196,6 +196,8 @@ const TIMED: &[&str] = &[
     "uvmwatch_libcuda_targets",
     // Records the agent received: its own scans and the machine's other processes vary.
     "uvmwatch_events_received_total",
+    // Opens of the machine's other processes in flight when the agent attached.
+    "uvmwatch_opens_unfollowed_total",
     "uvmwatch_build_info",
 ];
 

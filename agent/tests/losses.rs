@@ -3,11 +3,16 @@
 //! seen, not lost), thousands of distinct ioctl numbers (they share one aggregate key:
 //! nothing fills, a real failure after them is still counted), and more copies of NVIDIA fds
 //! than any kernel map holds (no fd is tracked: each is identified by its file, and nothing
-//! fills). The event flood and its throttle are in `load.rs`. Root only; single-threaded.
+//! fills), and more threads holding an open than the map of opens in flight has entries (an
+//! open whose start was recycled is counted at its exit). The event flood and its throttle
+//! are in `load.rs`. Root only; single-threaded.
 
 mod common;
 
-use std::time::Duration;
+use std::{
+    sync::atomic::{AtomicI32, AtomicUsize, Ordering},
+    time::Duration,
+};
 
 use common::{artifacts, metric, Agent};
 use uvmwatch_testbed::{FakeDev, FakeDevConfig, Scenario, Workload};
@@ -229,5 +234,129 @@ fn more_fd_copies_than_any_map_holds_are_each_identified() {
             "map {map}"
         );
     }
+    assert!(agent.stop());
+}
+
+/// Entries of the kernel side's `PENDING_OPEN` (agent-ebpf/src/maps.rs), and threads enough
+/// past it that the map must recycle the oldest entries.
+const PENDING_OPEN_ENTRIES: usize = 16384;
+const FLOOD_THREADS: usize = PENDING_OPEN_ENTRIES + 4096;
+
+extern "C" fn on_usr1(_: libc::c_int) {}
+
+static FLOOD_OPENED: AtomicUsize = AtomicUsize::new(0);
+static FLOOD_PIPE: AtomicI32 = AtomicI32::new(-1);
+
+/// One thread of the flood: an open (its start stays in the map while the thread lives),
+/// then a read that returns when the pipe's write end is closed.
+extern "C" fn flood_thread(_: *mut libc::c_void) -> *mut libc::c_void {
+    unsafe {
+        let fd = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
+        libc::close(fd);
+        FLOOD_OPENED.fetch_add(1, Ordering::SeqCst);
+        let mut b = 0u8;
+        libc::read(
+            FLOOD_PIPE.load(Ordering::SeqCst),
+            (&mut b as *mut u8).cast(),
+            1,
+        );
+    }
+    std::ptr::null_mut()
+}
+
+#[test]
+fn an_open_whose_start_the_map_recycled_is_counted_at_its_exit() {
+    require_env!("an_open_whose_start_the_map_recycled_is_counted_at_its_exit");
+    let pid_max: usize = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    let in_use = std::fs::read_dir("/proc")
+        .map(|d| d.count())
+        .unwrap_or(usize::MAX / 2);
+    if pid_max < FLOOD_THREADS + in_use * 4 + 2048 {
+        uvmwatch_testbed::skip(
+            "an_open_whose_start_the_map_recycled_is_counted_at_its_exit",
+            &format!("kernel.pid_max is {pid_max}: too few for {FLOOD_THREADS} threads"),
+        );
+        return;
+    }
+    let agent = Agent::start(&[]);
+    let unfollowed =
+        |m: &str| metric(m, "uvmwatch_opens_unfollowed_total", &[]).expect("the family");
+    let before = unfollowed(&agent.metrics());
+
+    // A thread blocked in its open (a FIFO's read end waits for a writer), its start in the
+    // map; SIGUSR1, with a handler and no SA_RESTART, later ends the open with EINTR.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_usr1 as *const () as usize;
+        assert_eq!(libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut()), 0);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let blocked = std::thread::spawn(move || {
+        tx.send(unsafe { (libc::pthread_self(), libc::gettid()) })
+            .unwrap();
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY) };
+        (fd, std::io::Error::last_os_error().raw_os_error())
+    });
+    let (handle, tid) = rx.recv().unwrap();
+    // Until it sits in the open (`openat`, the syscall glibc's `open` makes).
+    let end = std::time::Instant::now() + T;
+    let in_open = format!("{} ", libc::SYS_openat);
+    while !std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
+        .is_ok_and(|s| s.starts_with(&in_open))
+    {
+        assert!(std::time::Instant::now() < end, "the open never blocked");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    // Live threads, each with an open of its own in the map, more than it holds: plain
+    // pthreads on the smallest stack (Rust's threads add a signal stack each, two more
+    // mappings: past `vm.max_map_count`), blocked reading a pipe until it is closed.
+    let mut pipe = [0; 2];
+    assert_eq!(unsafe { libc::pipe(pipe.as_mut_ptr()) }, 0);
+    FLOOD_PIPE.store(pipe[0], Ordering::SeqCst);
+    let mut attr: libc::pthread_attr_t = unsafe { std::mem::zeroed() };
+    unsafe {
+        libc::pthread_attr_init(&mut attr);
+        libc::pthread_attr_setstacksize(&mut attr, libc::PTHREAD_STACK_MIN);
+    }
+    let flood: Vec<libc::pthread_t> = (0..FLOOD_THREADS)
+        .map(|i| {
+            let mut t: libc::pthread_t = 0;
+            let rc =
+                unsafe { libc::pthread_create(&mut t, &attr, flood_thread, std::ptr::null_mut()) };
+            assert_eq!(rc, 0, "thread {i} of {FLOOD_THREADS}");
+            t
+        })
+        .collect();
+    while FLOOD_OPENED.load(Ordering::SeqCst) < FLOOD_THREADS {
+        assert!(
+            std::time::Instant::now() < end + T,
+            "the threads did not open"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    unsafe { libc::pthread_kill(handle, libc::SIGUSR1) };
+    let (fd, errno) = blocked.join().unwrap();
+    assert_eq!((fd, errno), (-1, Some(libc::EINTR)));
+    unsafe { libc::close(pipe[1]) };
+    for t in flood {
+        unsafe { libc::pthread_join(t, std::ptr::null_mut()) };
+    }
+    unsafe { libc::close(pipe[0]) };
+
+    let m = metrics_when(&agent, |m| unfollowed(m) > before);
+    let counted = unfollowed(&m) - before;
+    eprintln!("measured: {FLOOD_THREADS} threads with an open each; {counted} opens unfollowed");
+    assert!(
+        counted >= 1.0,
+        "the interrupted open, its start recycled, was not counted:\n{m}"
+    );
     assert!(agent.stop());
 }

@@ -415,8 +415,16 @@ pub mod counter {
     pub const KF_RESULTS_FULL: u32 = 9;
     /// `CTX_RESULTS` was full: a context or device call's result was not counted.
     pub const CTX_RESULTS_FULL: u32 = 10;
+    /// An open whose start the kernel side no longer held at its exit (tracepoint backend:
+    /// `PENDING_OPEN`, an LRU map keyed by thread, recycled its entry for other threads'
+    /// opens; or the open began before the probes were attached), where the exit needed it:
+    /// a failed open (its path is not known, so it is not classified), a successful open of
+    /// an NVIDIA node (counted in `OPENS` all the same, its start taken as its exit) or of a
+    /// libcuda (not reported: its `cuInit` probes wait for the next process that loads it).
+    /// Fentry backend: an NVIDIA node's successful open whose `chrdev_open` stamp was gone.
+    pub const OPEN_UNFOLLOWED: u32 = 11;
     /// Number of counters.
-    pub const COUNT: u32 = 11;
+    pub const COUNT: u32 = 12;
     /// Every "map full" counter and the `map` label `uvmwatch_kernel_map_full_total` gives
     /// it. The LRU maps (in-flight calls, kernel-function starts, failure budgets, the
     /// doubles in `DEVFILES`) recycle their oldest entry instead of refusing one and have no

@@ -206,9 +206,13 @@ fn try_open_exit(ctx: &TracePointContext) -> Option<()> {
     let now = unsafe { bpf_ktime_get_ns() };
     // The thread's pending open, taken only for an open to report: any other open leaves it
     // for the thread's next open to overwrite (`PENDING_OPEN` is an LRU map), so the host's
-    // ordinary opens cost no lookup and no delete here.
+    // ordinary opens cost no lookup and no delete here. One the map recycled (or that began
+    // before the probes) is counted where it was needed.
     let take = || {
-        let mut p = unsafe { PENDING_OPEN.get(&tid) }.copied()?;
+        let Some(mut p) = unsafe { PENDING_OPEN.get(&tid) }.copied() else {
+            bump(counter::OPEN_UNFOLLOWED);
+            return None;
+        };
         let _ = PENDING_OPEN.remove(&tid);
         p.in_cuinit = unsafe { INFLIGHT_CUINIT.get(&tid) }.is_some() as u8;
         Some(p)
@@ -330,6 +334,10 @@ fn filp_opened(pathname: u64, op: u64, ret: u64) -> Option<()> {
         let s = unsafe { PENDING_OPEN.get(&tid) }.copied();
         if s.is_some() {
             let _ = PENDING_OPEN.remove(&tid);
+        } else if !failed {
+            // An NVIDIA node's open with no start: its stamp was recycled, or its
+            // `chrdev_open` ran before the probes. Counted, and reported without a start.
+            bump(counter::OPEN_UNFOLLOWED);
         }
         s
     } else {
@@ -504,7 +512,8 @@ fn opened_file<F: FnOnce() -> Option<PendingOpen>>(
     if node_kind == node::NONE {
         return None;
     }
-    let mut p = take()?;
+    // Without its start (counted by `take`), the open is still counted, as ending now.
+    let mut p = take().unwrap_or(PendingOpen::new(0, 0, now, false));
     complete(&mut p, args, tid);
     // An `O_PATH` open reaches no driver (no `chrdev_open`): not a device open.
     if p.open_flags & O_PATH != 0 {

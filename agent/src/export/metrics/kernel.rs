@@ -368,6 +368,14 @@ impl Collector for KernelCollector {
             )],
         ));
         out.push(family(
+            "uvmwatch_opens_unfollowed_total",
+            MetricType::COUNTER,
+            vec![counter_metric(
+                vec![],
+                c[counter::OPEN_UNFOLLOWED as usize] as f64,
+            )],
+        ));
+        out.push(family(
             "uvmwatch_tracked_processes",
             MetricType::GAUGE,
             vec![gauge_metric(k.tracked_processes() as f64)],
