@@ -23,6 +23,10 @@
 //! the same for `floor` and `agent/floor`. Needs root; without root it says so and exits 0.
 //! `UVMWATCH_BENCH_ROUNDS` and `UVMWATCH_BENCH_ITERS` change the rounds (5) and the calls
 //! per loop (200000). docs/testing.md says how to read it.
+//!
+//! Then, per backend, the agent's lifecycle ([`lifecycle`]): attach time of new libcuda files
+//! and stop time with them probed. `UVMWATCH_BENCH_LIBCUDAS` sets how many files (100),
+//! `UVMWATCH_BENCH_LIBCUDA` the library copied (the test double's by default).
 
 use std::{
     ffi::CString,
@@ -35,6 +39,9 @@ use std::{
     time::{Duration, Instant},
 };
 
+#[path = "overhead/lifecycle.rs"]
+mod lifecycle;
+
 use uvmwatch_testbed::{
     build_artifacts, check_environment, Artifacts, FakeDev, FakeDevConfig, Workload, WorkloadConfig,
 };
@@ -46,8 +53,7 @@ const FLOOD_MS: u64 = 500;
 /// Between the library's load and `cuInit`: the agent attaches its uprobes when it sees the
 /// library mapped, which can take up to a second (`testbed::WorkloadConfig`).
 const WAIT_MS: u64 = 1500;
-/// How long a stopping agent may take (each libcuda probed costs about 4 s of uprobe
-/// detaches, docs/probes.md).
+/// How long a stopping agent may take (docs/probes.md#attaching-and-detaching-libcuda-files).
 const STOP_WITHIN: Duration = Duration::from_secs(30);
 
 /// A kernel-side backend of the agent: the flags that select it for `uvmwatch run` and for
@@ -279,16 +285,21 @@ fn status_kib(pid: u32, field: &str) -> Option<u64> {
         .ok()
 }
 
+/// A free TCP port on loopback, for an agent's `--listen`.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 fn start(mode: Mode, bin: &str) -> Option<Running> {
     let libcuda_attached = Arc::new(AtomicUsize::new(0));
     let (child, floor_out) = match mode {
         Mode::Bare => return None,
         Mode::Agent(b) => {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
+            let port = free_port();
             let mut child = Command::new(bin)
                 .args(["--log-format", "json", "run", "--listen"])
                 .arg(format!("127.0.0.1:{port}"))
@@ -510,6 +521,21 @@ fn main() {
         );
     }
     report(&kernel, &modes, &samples, rounds, iters);
+
+    let lib = std::env::var_os("UVMWATCH_BENCH_LIBCUDA")
+        .map(std::path::PathBuf::from)
+        .or_else(|| testbed.as_ref().map(|t| t.artifacts.libcuda.clone()));
+    let Some(lib) = lib else {
+        println!("lifecycle {kernel}: SKIPPED (no libcuda to copy: set UVMWATCH_BENCH_LIBCUDA)");
+        return;
+    };
+    let files = env_usize("UVMWATCH_BENCH_LIBCUDAS", 100);
+    for m in &modes {
+        if let Mode::Agent(b) = *m {
+            let backend = &BACKENDS[b];
+            lifecycle::run(&kernel, backend.name, bin, backend.run_args, &lib, files);
+        }
+    }
 }
 
 /// A measure of every round of one mode.

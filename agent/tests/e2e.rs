@@ -660,6 +660,11 @@ fn sigterm_leaves_no_program_or_link_attached() {
     assert!(progs.len() >= 10, "agent holds {} programs", progs.len());
     assert!(agent.stop(), "agent exit status");
     assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+    assert_none_left(&progs, &links);
+}
+
+/// None of these programs and links is loaded any more.
+fn assert_none_left(progs: &[u32], links: &[u32]) {
     let still: Vec<u32> = aya::programs::loaded_programs()
         .filter_map(|p| p.ok())
         .map(|p| p.id())
@@ -675,6 +680,83 @@ fn sigterm_leaves_no_program_or_link_attached() {
         .filter(|id| links.contains(id))
         .collect();
     assert!(still.is_empty(), "links left after SIGTERM: {still:?}");
+}
+
+/// Libcuda files probed at once in [`fifty_libcuda_files_are_probed_and_all_detached_at_sigterm`]:
+/// the files of as many container images (issue 21's stop bound is set for 50).
+const MANY_LIBCUDAS: usize = 50;
+
+#[test]
+fn fifty_libcuda_files_are_probed_and_all_detached_at_sigterm() {
+    require_env!("fifty_libcuda_files_are_probed_and_all_detached_at_sigterm");
+    let dir = tempfile::tempdir().unwrap();
+    let mut flags: Vec<String> = Vec::new();
+    let mut copies = Vec::new();
+    for i in 0..MANY_LIBCUDAS {
+        let d = dir.path().join(i.to_string());
+        std::fs::create_dir_all(&d).unwrap();
+        let p = d.join("libcuda.so.1");
+        std::fs::copy(&host_lib().path, &p).unwrap();
+        flags.extend(["--libcuda".to_string(), p.display().to_string()]);
+        copies.push(p);
+    }
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let agent = Agent::start(&flags);
+    let attached = agent.events("libcuda_attached");
+    assert_eq!(attached.len(), MANY_LIBCUDAS + 1, "{}", agent.raw_log());
+    // Where the kernel has multi-uprobe links (6.6+), each of a file's probes is one.
+    let pid = agent.pid();
+    let multi = bpf_link_types_of(pid)
+        .iter()
+        .filter(|t| *t == "uprobe_multi")
+        .count();
+    if kernel_at_least(6, 6) {
+        assert!(
+            multi >= 2 * (MANY_LIBCUDAS + 1),
+            "{multi} multi-uprobe links for {} files",
+            MANY_LIBCUDAS + 1
+        );
+    }
+    // The probes work: a cuInit through the last copy is seen from entry to return.
+    let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
+    let last = copies.last().unwrap().clone();
+    let mut w = workload(&dev, Scenario::Success, LibLocation::Installed(last));
+    assert_eq!(w.next_cuinit_line(T).unwrap().rc, 0);
+    let wpid = w.pid();
+    let end = agent.expect_event(
+        "cuinit_end",
+        |v| v["event"] == "cuinit_end" && pid_is(v, wpid),
+        T,
+    );
+    assert_eq!(end["seen"], "whole", "{end}");
+    let (progs, links) = bpf_ids_of(pid);
+    assert!(agent.stop(), "agent exit status");
+    assert_none_left(&progs, &links);
+}
+
+/// Whether the running kernel's release is at least `major.minor`.
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let r = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut it = r
+        .trim()
+        .split(['.', '-'])
+        .map(|x| x.parse::<u32>().unwrap_or(0));
+    (it.next().unwrap_or(0), it.next().unwrap_or(0)) >= (major, minor)
+}
+
+/// The `link_type:` of each BPF link fd a process holds (`/proc/<pid>/fdinfo`).
+fn bpf_link_types_of(pid: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .flatten()
+    {
+        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+        if let Some(t) = text.lines().find_map(|l| l.strip_prefix("link_type:")) {
+            out.push(t.trim().to_string());
+        }
+    }
+    out
 }
 
 /// Program and link ids held by a process, from `/proc/<pid>/fdinfo` (`prog_id:` of program

@@ -194,6 +194,7 @@ const TIMED: &[&str] = &[
     "uvmwatch_cuda_context_duration_seconds",
     "uvmwatch_tracked_processes",
     "uvmwatch_libcuda_targets",
+    "uvmwatch_libcuda_attach_seconds",
     // Records the agent received: its own scans and the machine's other processes vary.
     "uvmwatch_events_received_total",
     // Opens of the machine's other processes in flight when the agent attached.

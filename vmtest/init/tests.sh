@@ -210,13 +210,16 @@ test_backend_choice() {
 }
 
 # The overhead benchmark (agent/benches/overhead.rs) inside this VM, both backends side by
-# side in one run (TCG: compare its ratios, never its times). Its lines go to the console;
-# `cargo xtask vm-test` repeats the `overhead <kernel> <backend>: ...` ones in its summary.
+# side in one run (TCG: compare its ratios, never its times), then its lifecycle part (attach
+# and stop times with VMTEST_BENCH_LIBCUDAS copies of the stub libcuda). Its lines go to the
+# console; `cargo xtask vm-test` repeats the `overhead <kernel> <backend>: ...` and
+# `lifecycle ...` ones in its summary.
 test_overhead() {
 	command -v uvmwatch-overhead >/dev/null || { skip "no benchmark in this image (--no-bench)"; return; }
 	agent_stop >/dev/null 2>&1
 	UVMWATCH_BENCH_AGENT=/usr/bin/uvmwatch-release UVMWATCH_BENCH_ROUNDS=${VMTEST_BENCH_ROUNDS:-5} \
 		UVMWATCH_BENCH_ITERS=${VMTEST_BENCH_ITERS:-100000} \
+		UVMWATCH_BENCH_LIBCUDA=$LIBCUDA UVMWATCH_BENCH_LIBCUDAS=${VMTEST_BENCH_LIBCUDAS:-50} \
 		uvmwatch-overhead --bench >/tmp/overhead/out 2>/tmp/overhead/err
 	_rc=$?
 	cat /tmp/overhead/out
@@ -224,6 +227,7 @@ test_overhead() {
 	[ "$_rc" = 0 ] || bad "benchmark exited $_rc"
 	for _b in $VMTEST_BACKENDS; do
 		grep -q "^overhead $(uname -r) $_b: getpid " /tmp/overhead/out || bad "no overhead line for $_b"
+		grep -q "^lifecycle $(uname -r) $_b: attach " /tmp/overhead/out || bad "no lifecycle line for $_b"
 	done
 	note "$(grep -c '^overhead ' /tmp/overhead/out) overhead lines"
 }

@@ -127,6 +127,10 @@ pub enum Kind {
         host_path: String,
         /// How the file was found.
         source: String,
+        /// Seconds from when the file was found (the kernel's time of the open that made
+        /// the agent find it; the attach's start for a file found otherwise) to its probes
+        /// attached.
+        attach_seconds: f64,
     },
     /// A libcuda file could not be probed.
     LibcudaAttachFailed { path: String, error: String },

@@ -16,6 +16,7 @@ use super::{
     kprobes::kprobes_supported,
     registry::{self as probes, Attach, Backend, BackendChosen, ProbeSpec, ProbeState},
     tracefs,
+    uprobe_multi::MultiPrograms,
     verifier::short_verifier_error,
     Kernel, KernelSettings,
 };
@@ -107,6 +108,7 @@ impl Kernel {
             kprobe_links: StdHashMap::new(),
             uvm_loaded: false,
             targets: StdHashMap::new(),
+            multi: None,
             tracefs,
             config: Config::default(),
             backend: BackendChosen {
@@ -121,6 +123,7 @@ impl Kernel {
         k.write_config(settings)?;
         k.choose_backend(settings.backend);
         k.load_programs();
+        k.load_multi_uprobes();
         k.attach_tracepoints();
         k.attach_kprobes();
         release_freed_memory();
@@ -150,6 +153,35 @@ impl Kernel {
                 .clone();
             if let Err(e) = r {
                 self.states[i] = ProbeState::Unavailable(format!("program rejected: {e}"));
+            }
+        }
+    }
+}
+
+impl Kernel {
+    /// Loads the uprobe programs aya loaded a second time, for multi-uprobe links, where the
+    /// kernel has them ([`super::uprobe_multi`]); elsewhere, or if that fails, the libcuda
+    /// files get perf-event uprobes.
+    fn load_multi_uprobes(&mut self) {
+        let mut names: Vec<&'static str> = Vec::new();
+        for (i, spec) in self.specs.iter().enumerate() {
+            if matches!(spec.attach, Attach::Uprobe { .. })
+                && !self.program_rejected(i)
+                && !names.contains(&spec.program)
+            {
+                names.push(spec.program);
+            }
+        }
+        if names.is_empty() {
+            return;
+        }
+        match MultiPrograms::load(&self.bpf, EBPF_OBJECT, &names) {
+            Ok(multi) => {
+                tracing::debug!(multi_uprobe_links = multi.is_some(), "libcuda uprobes");
+                self.multi = multi;
+            }
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "multi-uprobe links unavailable: perf-event uprobes instead");
             }
         }
     }

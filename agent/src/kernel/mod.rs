@@ -9,7 +9,7 @@
 //! - [`settings`]: the maps user space writes before anything attaches (`CONFIG`, `CMDS`);
 //! - [`backends`]: fentry/fexit where the kernel allows trampolines, else the tracepoints;
 //! - [`tracepoints`], [`kprobes`] (with the watch on `nvidia_uvm`), [`uprobes`] (libcuda
-//!   files): one attach kind each;
+//!   files, with [`uprobe_multi`]'s links where the kernel has them): one attach kind each;
 //! - [`maps`]: what the programs hand back (the ring buffer, calls in flight, aggregates,
 //!   counters) and the few entries user space seeds or removes;
 //! - [`verifier`]: the kernel's refusals, shortened for a probe's state;
@@ -33,6 +33,7 @@ pub mod registry;
 mod settings;
 pub mod tracefs;
 mod tracepoints;
+mod uprobe_multi;
 mod uprobes;
 mod verifier;
 
@@ -76,6 +77,8 @@ pub struct Kernel {
     /// Whether `nvidia_uvm` was loaded at the last check.
     uvm_loaded: bool,
     targets: StdHashMap<(u64, u64), LibcudaTarget>,
+    /// The uprobe programs loaded for multi-uprobe links, where the kernel has them.
+    multi: Option<uprobe_multi::MultiPrograms>,
     /// Where tracefs is, when it is.
     pub tracefs: Option<PathBuf>,
     /// What `CONFIG` holds (rewritten when `nvidia-uvm`'s major changes).
@@ -84,6 +87,15 @@ pub struct Kernel {
     backend: BackendChosen,
     /// [`KernelSettings::absence_facts`].
     absence_facts: fn() -> AbsenceFacts,
+}
+
+impl Drop for Kernel {
+    /// Detaches the libcuda files' uprobes several at once (the rest, one link per probe, goes
+    /// with `bpf`): a stop within a second however many files are probed, where the kernel
+    /// lets detaches overlap ([`uprobe_multi`]).
+    fn drop(&mut self) {
+        self.detach_all_libcudas();
+    }
 }
 
 impl Kernel {

@@ -1,15 +1,19 @@
 //! Uprobes on libcuda files: `cuInit` and the CUDA context and device calls each file
 //! exports, attached per file (by device and inode) as discovery finds them, detached when
 //! the file goes; `LIBCUDA_PROBED` tells the programs which files are probed (an open of
-//! any other starts a late cuInit, docs/probes.md#late-cuinit).
+//! any other starts a late cuInit, docs/probes.md#late-cuinit). Each probe is a multi-uprobe
+//! link where the kernel has them, else a perf-event uprobe ([`super::uprobe_multi`]).
 
-use std::path::{Path, PathBuf};
+use std::{
+    os::fd::OwnedFd,
+    path::{Path, PathBuf},
+};
 
 use anyhow::{anyhow, Context, Result};
 use aya::{
     maps::{HashMap, MapData},
     programs::{
-        uprobe::{UProbeLinkId, UProbeScope},
+        uprobe::{UProbeLink, UProbeLinkId, UProbeScope},
         UProbe,
     },
 };
@@ -17,6 +21,7 @@ use uvmwatch_common::{kdev_from, DevFileKey};
 
 use super::{
     registry::{self as probes, Attach, ProbeState},
+    uprobe_multi::drop_in_parallel,
     Kernel,
 };
 
@@ -26,9 +31,24 @@ pub(super) struct LibcudaTarget {
     /// Path used to attach (host view, e.g. `/proc/<pid>/root/usr/lib/.../libcuda.so.1`).
     pub path: PathBuf,
     /// The links, by registry index of their probe.
-    links: Vec<(usize, UProbeLinkId)>,
+    links: Vec<(usize, UprobeLink)>,
     /// The registry's uprobes not attached to this file, and why.
     missing: Vec<(usize, MissingSymbol)>,
+}
+
+/// One uprobe attached to a libcuda file.
+#[derive(Debug)]
+enum UprobeLink {
+    /// A multi-uprobe link (its fd: closing it detaches).
+    Multi(OwnedFd),
+    /// A perf-event uprobe, owned by its program in aya.
+    Perf(UProbeLinkId),
+}
+
+/// A uprobe link taken out of its owner, detached when dropped.
+enum OwnedUprobeLink {
+    Multi(#[allow(dead_code)] OwnedFd),
+    Perf(#[allow(dead_code)] UProbeLink),
 }
 
 /// Why a uprobe of the registry is not attached to a libcuda file.
@@ -54,8 +74,11 @@ impl Kernel {
             return Ok(());
         }
         let wanted: Vec<&'static str> = self.uprobe_symbols();
-        let defined = defined_symbols(path, &wanted)?;
-        if !defined.contains(&probes::LIBCUDA_REQUIRED_SYMBOL) {
+        let defined = symbol_offsets(path, &wanted)?;
+        if !defined
+            .iter()
+            .any(|(s, _)| *s == probes::LIBCUDA_REQUIRED_SYMBOL)
+        {
             return Err(anyhow!(
                 "{} does not define {}",
                 path.display(),
@@ -76,12 +99,12 @@ impl Kernel {
             if pair.iter().any(|&i| self.program_rejected(i)) {
                 continue; // its state says so already
             }
-            if !defined.contains(&symbol) {
+            let Some(&(_, offset)) = defined.iter().find(|(s, _)| *s == symbol) else {
                 t.missing
                     .extend(pair.iter().map(|&i| (i, MissingSymbol::NotExported)));
                 continue;
-            }
-            match self.attach_pair(&pair, symbol, path) {
+            };
+            match self.attach_pair(&pair, symbol, offset, path) {
                 Ok(links) => t.links.extend(links),
                 Err(e) if symbol == probes::LIBCUDA_REQUIRED_SYMBOL => {
                     self.detach_links(t.links);
@@ -139,7 +162,7 @@ impl Kernel {
         out
     }
 
-    fn program_rejected(&self, i: usize) -> bool {
+    pub(super) fn program_rejected(&self, i: usize) -> bool {
         matches!(self.states[i], ProbeState::Unavailable(ref s) if s.starts_with("program rejected"))
     }
 
@@ -152,14 +175,14 @@ impl Kernel {
         &mut self,
         pair: &[usize],
         symbol: &str,
+        offset: u64,
         path: &Path,
-    ) -> Result<Vec<(usize, UProbeLinkId)>> {
+    ) -> Result<Vec<(usize, UprobeLink)>> {
         let mut order = pair.to_vec();
         order.sort_by_key(|&i| !matches!(self.specs[i].attach, Attach::Uprobe { ret: true, .. }));
         let mut links = Vec::new();
         for i in order {
-            let program = self.specs[i].program;
-            match self.attach_uprobe(program, symbol, path) {
+            match self.attach_uprobe(i, symbol, offset, path) {
                 Ok(l) => links.push((i, l)),
                 Err(e) => {
                     self.detach_links(links);
@@ -170,28 +193,67 @@ impl Kernel {
         Ok(links)
     }
 
-    fn attach_uprobe(&mut self, program: &str, symbol: &str, path: &Path) -> Result<UProbeLinkId> {
+    /// Attaches probe `i` (a uprobe of the registry) to `symbol`, at file `offset` of `path`:
+    /// a multi-uprobe link where the kernel has them, else a perf-event uprobe.
+    fn attach_uprobe(
+        &mut self,
+        i: usize,
+        symbol: &str,
+        offset: u64,
+        path: &Path,
+    ) -> Result<UprobeLink> {
+        let program = self.specs[i].program;
+        let ret = matches!(self.specs[i].attach, Attach::Uprobe { ret: true, .. });
+        let context = || format!("attaching {program} to {symbol} in {}", path.display());
+        if let Some(multi) = &self.multi {
+            return multi
+                .attach(program, path, offset, ret)
+                .map(UprobeLink::Multi)
+                .with_context(context);
+        }
         let p: &mut UProbe = self
             .bpf
             .program_mut(program)
             .ok_or_else(|| anyhow!("program {program} missing"))?
             .try_into()?;
         p.attach(symbol, path, UProbeScope::AllProcesses)
-            .with_context(|| format!("attaching {program} to {symbol} in {}", path.display()))
+            .map(UprobeLink::Perf)
+            .with_context(context)
     }
 
-    /// Detaches uprobe links (registry index, link); errors are ignored (the link is gone).
-    /// Each detach waits for an RCU tasks-trace grace period in the kernel
-    /// (`uprobe_unregister_sync`, under a lock: detaches cannot overlap).
-    fn detach_links(&mut self, links: Vec<(usize, UProbeLinkId)>) {
+    /// Takes uprobe links (registry index, link) out of their owners, to be dropped.
+    fn take_links(&mut self, links: Vec<(usize, UprobeLink)>) -> Vec<OwnedUprobeLink> {
+        let mut owned = Vec::with_capacity(links.len());
         for (i, link) in links {
-            let program = self.specs[i].program;
-            if let Some(p) = self.bpf.program_mut(program) {
-                if let Ok(p) = <&mut UProbe>::try_from(p) {
-                    let _ = p.detach(link);
+            match link {
+                UprobeLink::Multi(fd) => owned.push(OwnedUprobeLink::Multi(fd)),
+                UprobeLink::Perf(id) => {
+                    let taken = self
+                        .bpf
+                        .program_mut(self.specs[i].program)
+                        .and_then(|p| <&mut UProbe>::try_from(p).ok())
+                        .map(|p| p.take_link(id));
+                    if let Some(Ok(l)) = taken {
+                        owned.push(OwnedUprobeLink::Perf(l));
+                    }
                 }
             }
         }
+        owned
+    }
+
+    /// Detaches uprobe links (registry index, link), several at once
+    /// ([`drop_in_parallel`]); errors are ignored (the link is gone).
+    fn detach_links(&mut self, links: Vec<(usize, UprobeLink)>) {
+        let owned = self.take_links(links);
+        drop_in_parallel(owned);
+    }
+
+    /// Detaches every libcuda file's probes, several at once: the agent's stop.
+    pub(super) fn detach_all_libcudas(&mut self) {
+        let targets: Vec<LibcudaTarget> = self.targets.drain().map(|(_, t)| t).collect();
+        let links: Vec<(usize, UprobeLink)> = targets.into_iter().flat_map(|t| t.links).collect();
+        self.detach_links(links);
     }
 
     /// Detaches the probes from one libcuda file (e.g. when it was deleted).
@@ -267,24 +329,39 @@ impl Kernel {
 }
 
 /// Which of `names` the ELF shared object `path` defines (in its dynamic or static symbol
-/// table), in the order of `names`.
+/// table), in the order of `names`, each with its file offset (where a uprobe goes: the
+/// address less its section's, plus the section's offset in the file, as aya resolves a
+/// symbol for a uprobe).
 ///
 /// # Errors
 /// Unreadable file, or not an ELF.
-pub fn defined_symbols(path: &Path, names: &[&'static str]) -> Result<Vec<&'static str>> {
-    use object::{Object, ObjectSymbol};
+pub fn symbol_offsets(path: &Path, names: &[&'static str]) -> Result<Vec<(&'static str, u64)>> {
+    use object::{Object, ObjectSection, ObjectSymbol};
     let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let file = object::File::parse(&*data)
         .with_context(|| format!("{} is not an ELF object", path.display()))?;
-    let defined: std::collections::HashSet<&str> = file
-        .dynamic_symbols()
-        .chain(file.symbols())
-        .filter(|s| s.is_definition())
-        .filter_map(|s| s.name().ok())
-        .collect();
+    let mut found: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+    for sym in file.dynamic_symbols().chain(file.symbols()) {
+        if !sym.is_definition() {
+            continue;
+        }
+        let Ok(name) = sym.name() else { continue };
+        if found.contains_key(name) || !names.contains(&name) {
+            continue;
+        }
+        let Some(section) = sym
+            .section_index()
+            .and_then(|i| file.section_by_index(i).ok())
+        else {
+            continue;
+        };
+        let Some((file_offset, _)) = section.file_range() else {
+            continue;
+        };
+        found.insert(name, sym.address() - section.address() + file_offset);
+    }
     Ok(names
         .iter()
-        .copied()
-        .filter(|n| defined.contains(n))
+        .filter_map(|n| found.get(n).map(|&o| (*n, o)))
         .collect())
 }

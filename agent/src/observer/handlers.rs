@@ -303,7 +303,7 @@ impl<K: KernelSide> Observer<K> {
                 .discovery
                 .from_opened_path(&self.cfg.proc_root, h.tgid, &path)
             {
-                Ok(Some(t)) => self.attach(t),
+                Ok(Some(t)) => self.attach(t, Some(h.ts_ns)),
                 Ok(None) => {}
                 Err(err) => {
                     let error = format!("{err:#}");

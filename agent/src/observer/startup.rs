@@ -20,14 +20,17 @@ use crate::{
 };
 
 impl<K: KernelSide> Observer<K> {
-    /// Attaches the `cuInit` probes to a newly found libcuda file.
-    pub(super) fn attach(&mut self, t: LibTarget) {
+    /// Attaches the `cuInit` probes to a newly found libcuda file, found by an open at
+    /// `opened_ns` (the kernel's clock) or, with `None`, now.
+    pub(super) fn attach(&mut self, t: LibTarget, opened_ns: Option<u64>) {
+        let found_ns = opened_ns.unwrap_or_else(clock::monotonic_ns);
         let r = self.kernel().attach_libcuda(&t.host_path, t.dev, t.ino);
         let kind = match r {
             Ok(()) => Kind::LibcudaAttached {
                 path: t.path_in_ns.display().to_string(),
                 host_path: t.host_path.display().to_string(),
                 source: format!("{:?}", t.source),
+                attach_seconds: clock::monotonic_ns().saturating_sub(found_ns) as f64 / 1e9,
             },
             Err(e) => {
                 self.discovery.forget(t.dev, t.ino);
@@ -46,7 +49,7 @@ impl<K: KernelSide> Observer<K> {
     pub(super) fn discover_initial(&mut self) {
         for r in self.discovery.from_flags(&self.cfg.libcuda) {
             match r {
-                Ok(t) => self.attach(t),
+                Ok(t) => self.attach(t, None),
                 Err(e) => self.dispatch(Event::agent(
                     clock::monotonic_ns(),
                     Kind::LibcudaFlagUnusable {
@@ -61,11 +64,11 @@ impl<K: KernelSide> Observer<K> {
             discovery::DRIVER_DIRS,
         );
         for t in host {
-            self.attach(t);
+            self.attach(t, None);
         }
         if self.cfg.proc_scan {
             for t in self.discovery.scan_all(&self.cfg.proc_root) {
-                self.attach(t);
+                self.attach(t, None);
             }
         }
         if self.kernel().libcuda_targets() == 0 {

@@ -151,8 +151,8 @@ pub struct Agent {
 }
 
 /// How long a stopping agent may take: Kubernetes' default `terminationGracePeriodSeconds`.
-/// Each libcuda probed costs about 4 s of it here (14 uprobe detaches, each waiting for an
-/// RCU tasks-trace grace period, docs/probes.md); the demo scenarios probe six.
+/// About a second on a kernel with multi-uprobe links whatever the libcuda files probed; on
+/// one without, about 0.7 s more per file (docs/probes.md#attaching-and-detaching-libcuda-files).
 const STOP_WITHIN: Duration = Duration::from_secs(30);
 
 impl Agent {

@@ -161,8 +161,11 @@ pub(super) fn boot(cmd: &mut Command, args: &VmTestArgs, run: &mut KernelRun) ->
                 } else if let Some(r) = parse_result(&l) {
                     println!("  {} {:<24} {}", r.status, r.name, r.detail);
                     run.results.push(r);
-                } else if let Some(o) = l.find("overhead ").map(|i| &l[i..]) {
-                    // The benchmark's one line per kernel and backend, for the summary.
+                } else if let Some(o) = ["overhead ", "lifecycle "]
+                    .iter()
+                    .find_map(|w| l.find(w).map(|i| &l[i..]))
+                {
+                    // The benchmark's lines per kernel and backend, for the summary.
                     if o.contains(": ") {
                         println!("  {o}");
                         run.overhead.push(o.to_string());

@@ -192,11 +192,13 @@ impl crate::event::Listener for LogListener {
                 path,
                 host_path,
                 source,
+                attach_seconds,
             } => crate::write_record!(
                 schema::LIBCUDA_ATTACHED,
                 path = %path,
                 host_path = %host_path,
                 source = %source,
+                attach_seconds = *attach_seconds,
             ),
             Kind::LibcudaAttachFailed { path, error } => crate::write_record!(
                 schema::LIBCUDA_ATTACH_FAILED,

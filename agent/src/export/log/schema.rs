@@ -532,6 +532,10 @@ pub const LIBCUDA_ATTACHED: Record = Record {
         f("path", "the library as its process sees it"),
         j("host_path", "the path the probes were attached through"),
         j("source", "how it was found"),
+        j(
+            "attach_seconds",
+            "seconds from when it was found (the open that made the agent find it, or the attach's start for a file found at start or by a scan) to its probes attached",
+        ),
     ],
 };
 pub const LIBCUDA_ATTACH_FAILED: Record = Record {

@@ -36,6 +36,12 @@ pub const CUINIT_BUCKETS: &[f64] = &[
     300.0, 600.0,
 ];
 
+/// Bucket upper bounds (seconds) of `uvmwatch_libcuda_attach_seconds`: 1 ms to 10 s (a
+/// file's probes attach in milliseconds; seconds mean a queue or a slow kernel).
+pub const ATTACH_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
 /// Metrics maintained by the agent from events.
 #[derive(Clone)]
 pub struct Metrics {
@@ -59,6 +65,8 @@ pub struct Metrics {
     pub probe_backend: IntGaugeVec,
     /// `uvmwatch_libcuda_targets`.
     pub libcuda_targets: IntGauge,
+    /// `uvmwatch_libcuda_attach_seconds`.
+    pub libcuda_attach: Histogram,
     /// `uvmwatch_feature_enabled{feature}`.
     pub feature_enabled: IntGaugeVec,
     /// `uvmwatch_diagnosis{rule,severity}`.
@@ -106,6 +114,7 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     ("uvmwatch_probe_attached", "gauge", "1 when the probe is attached, else 0 (see `uvmwatch probes` for the reason); backend: the syscall backend the probe belongs to (fentry, tracepoint), or both for the probes every backend uses."),
     ("uvmwatch_probe_backend_info", "gauge", "Always 1, one series: how the opens and ioctls are hooked (backend: fentry or tracepoint) and why (reason: trampolines_allowed, fentry_refused, flag); `uvmwatch probes` and the started record give the kernel's words."),
     ("uvmwatch_libcuda_targets", "gauge", "Distinct libcuda files (device, inode) with cuInit probes attached."),
+    ("uvmwatch_libcuda_attach_seconds", "histogram", "Time from a libcuda file being found (the kernel's time of the open that made the agent find it; the attach's start for a file found at start or by a scan) to its probes attached, seconds. A process's first cuInit is seen whole when it comes later than this after the library's load."),
     ("uvmwatch_feature_enabled", "gauge", "1 when the feature works on this host, 0 when it is off (a probe the kernel refused, a capability not held; the log says why once, event feature_off): driver_calls, cuinit_calls, container_libcuda, kernel_stacks, kernel_log, kernel_functions (docs/capabilities.md)."),
 ];
 
@@ -149,6 +158,7 @@ const FAMILY_LABELS: &[(&str, &str)] = &[
     ("uvmwatch_probe_attached", "probe, backend"),
     ("uvmwatch_probe_backend_info", "backend, reason"),
     ("uvmwatch_libcuda_targets", ""),
+    ("uvmwatch_libcuda_attach_seconds", ""),
     ("uvmwatch_feature_enabled", "feature"),
 ];
 
@@ -266,6 +276,13 @@ impl Metrics {
         )?;
         let libcuda_targets =
             IntGauge::new("uvmwatch_libcuda_targets", help("uvmwatch_libcuda_targets"))?;
+        let libcuda_attach = Histogram::with_opts(
+            HistogramOpts::new(
+                "uvmwatch_libcuda_attach_seconds",
+                help("uvmwatch_libcuda_attach_seconds"),
+            )
+            .buckets(ATTACH_BUCKETS.to_vec()),
+        )?;
         let feature_enabled = IntGaugeVec::new(
             Opts::new("uvmwatch_feature_enabled", help("uvmwatch_feature_enabled")),
             &["feature"],
@@ -304,6 +321,7 @@ impl Metrics {
             Box::new(probe_attached.clone()),
             Box::new(probe_backend.clone()),
             Box::new(libcuda_targets.clone()),
+            Box::new(libcuda_attach.clone()),
             Box::new(feature_enabled.clone()),
             Box::new(diagnosis.clone()),
             Box::new(ioctl_layout.clone()),
@@ -328,6 +346,7 @@ impl Metrics {
             probe_attached,
             probe_backend,
             libcuda_targets,
+            libcuda_attach,
             feature_enabled,
             diagnosis,
             ioctl_layout,
@@ -492,6 +511,9 @@ impl Listener for MetricsListener {
                         .with_label_values(&[f.name])
                         .set(f.on as i64);
                 }
+            }
+            Kind::LibcudaAttached { attach_seconds, .. } => {
+                m.libcuda_attach.observe(*attach_seconds);
             }
             Kind::ActiveFindings(a) => {
                 for (rule, sev) in &a.cleared {
