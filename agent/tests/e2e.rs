@@ -839,7 +839,11 @@ fn metrics_pass_promtool_and_healthz_answers() {
 fn workload_labels_are_opt_in_and_come_from_the_process() {
     require_env!("workload_labels_are_opt_in_and_come_from_the_process");
     // A pod's library bind-mounted from the host (as the container toolkit does): probed
-    // from the agent's start. The server goes on after its start-up.
+    // from the agent's start. The server goes on after its start-up, as a server does, until
+    // the test has seen it (dropping the workload kills it): its identity is read from
+    // /proc when the agent reaches its first event, which on a loaded machine can be seconds
+    // after it happened (a process gone by then is counted in
+    // uvmwatch_process_identities_unread_total and has no labels to give).
     let lib = host_lib();
     let agent = Agent::start(&["--workload-labels"]);
     let dev = FakeDev::start(artifacts(), FakeDevConfig::default()).unwrap();
@@ -854,7 +858,7 @@ fn workload_labels_are_opt_in_and_come_from_the_process() {
             lib_location: lib.location(),
             ..WorkloadConfig::default()
         },
-        &["--hold-ms", "2000"],
+        &["--hold-ms", "600000"],
     )
     .unwrap();
     assert_eq!(w.next_cuinit_line(T).unwrap().rc, 0);

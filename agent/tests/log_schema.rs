@@ -195,6 +195,8 @@ const TIMED: &[&str] = &[
     "uvmwatch_tracked_processes",
     "uvmwatch_libcuda_targets",
     "uvmwatch_libcuda_attach_seconds",
+    // Processes that exited before a loaded machine's agent read them.
+    "uvmwatch_process_identities_unread_total",
     // Records the agent received: its own scans and the machine's other processes vary.
     "uvmwatch_events_received_total",
     // Opens of the machine's other processes in flight when the agent attached.

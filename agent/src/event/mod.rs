@@ -618,6 +618,9 @@ pub struct Scan {
     pub undecodable_total: u64,
     /// Records taken from the ring buffer so far.
     pub received_total: u64,
+    /// Processes gone before their identity was read, so far
+    /// (`host::identity::Identities::gone_total`).
+    pub identities_unread_total: u64,
     /// The ring buffer was emptied before this pass: decoding keeps up.
     pub caught_up: bool,
 }
@@ -888,6 +891,7 @@ pub(crate) mod testing {
                 dropped_total,
                 undecodable_total: 0,
                 received_total: 0,
+                identities_unread_total: 0,
                 caught_up: true,
             }),
         )

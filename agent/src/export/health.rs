@@ -144,6 +144,7 @@ mod tests {
                 dropped_total,
                 undecodable_total: 0,
                 received_total: 0,
+                identities_unread_total: 0,
                 caught_up,
             }),
         )));

@@ -52,6 +52,8 @@ const MAX_PROCESSES: usize = 4096;
 pub struct Identities {
     proc_root: PathBuf,
     known: HashMap<u32, Arc<Process>>,
+    /// Processes gone from procfs when their identity was read (counted once per pid read).
+    gone_total: u64,
 }
 
 impl Identities {
@@ -60,6 +62,7 @@ impl Identities {
         Identities {
             proc_root: proc_root.into(),
             known: HashMap::new(),
+            gone_total: 0,
         }
     }
 
@@ -69,12 +72,25 @@ impl Identities {
         if let Some(p) = self.known.get(&pid) {
             return p.clone();
         }
-        let p = Arc::new(read(&self.proc_root, pid, comm_hint));
+        let p = read(&self.proc_root, pid, comm_hint);
+        if p == Process::named(pid, comm_hint) {
+            // Gone before the agent got to its events: only the kernel's pid and comm are
+            // left of it (its executable, command line, container and workload are not).
+            self.gone_total += 1;
+        }
+        let p = Arc::new(p);
         if self.known.len() >= MAX_PROCESSES {
             self.known.clear();
         }
         self.known.insert(pid, p.clone());
         p
+    }
+
+    /// Processes whose identity could not be read, so far: they had exited (all their
+    /// threads) before the agent read `/proc/<pid>` for their first event; their events
+    /// carry only the pid and `comm` the kernel gave. The agent was that far behind.
+    pub fn gone_total(&self) -> u64 {
+        self.gone_total
     }
 
     /// Forgets `pid` (it exec'ed a new image, or exited).
@@ -155,9 +171,16 @@ mod tests {
     }
 
     #[test]
-    fn a_process_that_is_gone_keeps_its_name() {
+    fn a_process_that_is_gone_keeps_its_name_and_is_counted() {
         let dir = tempfile::tempdir().unwrap();
         let p = read(dir.path(), 4242, "cuda-workload");
         assert_eq!(p, Process::named(4242, "cuda-workload"));
+        let mut ids = Identities::new(dir.path());
+        ids.get(4242, "cuda-workload");
+        ids.get(4242, "cuda-workload");
+        assert_eq!(ids.gone_total(), 1, "counted once per read");
+        let mut live = Identities::new("/proc");
+        live.get(std::process::id(), "x");
+        assert_eq!(live.gone_total(), 0);
     }
 }

@@ -475,6 +475,7 @@ impl<K: KernelSide> Observer<K> {
             dropped_total: kernel_drops + self.undecodable,
             undecodable_total: self.undecodable,
             received_total: self.received,
+            identities_unread_total: self.identities.gone_total(),
             caught_up: self.caught_up,
         }
     }

@@ -189,6 +189,7 @@ pub(crate) fn story() -> Capture {
             dropped_total: 3,
             undecodable_total: 0,
             received_total: 0,
+            identities_unread_total: 0,
             caught_up: true,
         }),
     );

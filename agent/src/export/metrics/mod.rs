@@ -77,6 +77,8 @@ pub struct Metrics {
     pub user_drops: IntCounter,
     /// `uvmwatch_events_received_total`.
     pub received: IntCounter,
+    /// `uvmwatch_process_identities_unread_total`.
+    pub identities_unread: IntCounter,
     /// Whether `uvmwatch_cuinit_calls_total` and `uvmwatch_stalls_total` carry the opt-in
     /// workload labels (`engine`, `namespace`, `pod`).
     pub workload_labels: bool,
@@ -109,6 +111,7 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     ("uvmwatch_kernel_map_full_total", "counter", "Entries a kernel map refused because it was full, by map: inflight (calls in flight), procs (processes whose ioctls are looked at), pending_open (opens between enter and exit), ioctl_hist, ioctl_results, opens, kf_results, ctx_results (aggregates: a call not counted). Unknown ioctl numbers share one aggregate key per node and result, so no process fills the aggregates by inventing numbers."),
     ("uvmwatch_device_open_paths_unreadable_total", "counter", "Failed opens whose path could not be read at their exit (a bad address, which the kernel could not read either): such a failure is not classified. Successful opens are identified by the file they return, not by their path."),
     ("uvmwatch_opens_unfollowed_total", "counter", "Opens the kernel side could not follow to their exit, where it needed their start: a failed open (not classified: it may have been of an NVIDIA node), a successful open of an NVIDIA node (counted in uvmwatch_device_opens_total all the same) or of a libcuda (its cuInit probes wait for the next process that loads it). Their start was recycled by the per-thread map of opens in flight (16384 threads), or they began before the agent attached; a few at the agent's start are expected."),
+    ("uvmwatch_process_identities_unread_total", "counter", "Processes whose identity could not be read: they had exited before the agent read /proc/<pid> for their first event (it was that far behind its events). Their events carry only the pid and comm the kernel gave: no executable, command line, container, workload, trace context or opt-in workload labels."),
     ("uvmwatch_tracked_processes", "gauge", "Processes whose ioctls the kernel side looks at: those that opened an NVIDIA node or libcuda, held an NVIDIA fd when the agent started, or were forked from one (each ioctl of any other process costs one map lookup); removed at their exit."),
     ("uvmwatch_diagnosis", "gauge", "1 while a diagnosis rule has an active finding of this severity (from the host's state, or from a stall or failure within --diagnosis-ttl), 0 after it cleared; no series before the first finding. Rules and runbooks: docs/doctor.md."),
     ("uvmwatch_probe_attached", "gauge", "1 when the probe is attached, else 0 (see `uvmwatch probes` for the reason); backend: the syscall backend the probe belongs to (fentry, tracepoint), or both for the probes every backend uses."),
@@ -153,6 +156,7 @@ const FAMILY_LABELS: &[(&str, &str)] = &[
     ("uvmwatch_kernel_map_full_total", "map"),
     ("uvmwatch_device_open_paths_unreadable_total", ""),
     ("uvmwatch_opens_unfollowed_total", ""),
+    ("uvmwatch_process_identities_unread_total", ""),
     ("uvmwatch_tracked_processes", ""),
     ("uvmwatch_diagnosis", "rule, severity"),
     ("uvmwatch_probe_attached", "probe, backend"),
@@ -335,6 +339,11 @@ impl Metrics {
             help("uvmwatch_events_received_total"),
         )?;
         registry.register(Box::new(received.clone()))?;
+        let identities_unread = IntCounter::new(
+            "uvmwatch_process_identities_unread_total",
+            help("uvmwatch_process_identities_unread_total"),
+        )?;
+        registry.register(Box::new(identities_unread.clone()))?;
         Ok(Metrics {
             registry,
             cuinit_calls,
@@ -352,6 +361,7 @@ impl Metrics {
             ioctl_layout,
             user_drops,
             received,
+            identities_unread,
             workload_labels,
         })
     }
@@ -532,6 +542,11 @@ impl Listener for MetricsListener {
                 let got = m.received.get();
                 if s.received_total > got {
                     m.received.inc_by(s.received_total - got);
+                }
+                let unread = m.identities_unread.get();
+                if s.identities_unread_total > unread {
+                    m.identities_unread
+                        .inc_by(s.identities_unread_total - unread);
                 }
                 let seen = m.user_drops.get();
                 if s.undecodable_total > seen {
