@@ -7,6 +7,7 @@ use aya::{
     programs::{FEntry, FExit},
     Btf as AyaBtf,
 };
+use aya_obj::btf::{BtfType, Func, FuncLinkage};
 
 use super::{
     btf,
@@ -93,8 +94,8 @@ impl Kernel {
         };
     }
 
-    /// What the trampolines are loaded with: the kernel's BTF, once the argument offsets the
-    /// programs read are known.
+    /// What the trampolines are loaded with, once the argument offsets the programs read are
+    /// known: [`trampoline_btf`] of the functions' ids in the kernel's BTF.
     fn fentry_btf(&self) -> std::result::Result<AyaBtf, String> {
         if self.config.fentry.ready == 0 {
             return Err(format!(
@@ -103,7 +104,7 @@ impl Kernel {
                 btf::VMLINUX_BTF
             ));
         }
-        AyaBtf::from_sys_fs().map_err(|e| format!("reading {}: {e}", btf::VMLINUX_BTF))
+        Ok(trampoline_btf(&self.trampoline_func_ids))
     }
 
     /// The fentry/fexit pair of each core-kernel function of `KERNEL_FNS`, in place of its kprobe
@@ -187,5 +188,88 @@ impl Kernel {
             }
         }
         Err(why)
+    }
+}
+
+/// An aya [`AyaBtf`] with only the functions `funcs` (name, type id in the running kernel's
+/// BTF), each at its id, `void` placeholders between: all that `FEntry::load` and
+/// `FExit::load` read of it is a `FUNC`'s id by name, which the kernel then resolves in its
+/// own BTF. aya's parse of the whole vmlinux BTF would hold some 20 MB for a moment, the
+/// agent's peak memory (issue 21); this holds one small entry per id up to the last function's.
+/// A function the kernel's BTF lacks is not in it (its load fails naming it).
+fn trampoline_btf(funcs: &[(&'static str, u32)]) -> AyaBtf {
+    let mut sorted = funcs.to_vec();
+    sorted.sort_by_key(|&(_, id)| id);
+    sorted.dedup_by_key(|f| f.1);
+    let mut b = AyaBtf::new();
+    // Id 0, `void`, is there from the start.
+    let mut next = 1u32;
+    for (name, id) in sorted {
+        while next < id {
+            next = b.add_type(BtfType::Unknown) + 1;
+        }
+        let name_off = b.add_string(name);
+        next = b.add_type(BtfType::Func(Func::new(name_off, 0, FuncLinkage::Global))) + 1;
+    }
+    b
+}
+
+#[cfg(test)]
+mod tests {
+    use aya_obj::btf::BtfKind;
+
+    use super::*;
+
+    #[test]
+    fn trampoline_btf_has_each_function_at_its_id() {
+        let b = trampoline_btf(&[
+            ("do_filp_open", 40),
+            ("__x64_sys_ioctl", 7),
+            ("chrdev_open", 41),
+        ]);
+        for (name, id) in [
+            ("__x64_sys_ioctl", 7),
+            ("do_filp_open", 40),
+            ("chrdev_open", 41),
+        ] {
+            assert_eq!(
+                b.id_by_type_name_kind(name, BtfKind::Func).unwrap(),
+                id,
+                "{name}"
+            );
+        }
+        assert!(b.id_by_type_name_kind("vfs_read", BtfKind::Func).is_err());
+    }
+
+    /// Against this machine's kernel: the ids the agent's reader finds are the ids aya's own
+    /// parse of the whole BTF gives.
+    #[test]
+    fn trampoline_btf_agrees_with_ayas_parse_of_the_kernel() {
+        let Ok(kernel) = btf::running_kernel() else {
+            eprintln!("skipped: no {}", btf::VMLINUX_BTF);
+            return;
+        };
+        let names = [
+            "__x64_sys_ioctl",
+            "do_filp_open",
+            "chrdev_open",
+            "hmm_range_fault",
+        ];
+        let ids = kernel.func_ids(&names);
+        assert!(ids.len() >= 3, "{ids:?}");
+        let aya_btf = AyaBtf::from_sys_fs().unwrap();
+        let ours = trampoline_btf(&ids);
+        for (name, id) in ids {
+            assert_eq!(
+                aya_btf.id_by_type_name_kind(name, BtfKind::Func).unwrap(),
+                id,
+                "{name}"
+            );
+            assert_eq!(
+                ours.id_by_type_name_kind(name, BtfKind::Func).unwrap(),
+                id,
+                "{name}"
+            );
+        }
     }
 }

@@ -8,7 +8,6 @@
 //! Documentation/bpf/btf.rst (kinds 1..=19 as of 6.18). Members of anonymous structs and
 //! unions are searched through, with their offsets added.
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -16,40 +15,33 @@ use uvmwatch_common::{FentryOffsets, FileOffsets};
 
 /// `BTF_MAGIC` (`include/uapi/linux/btf.h`).
 const BTF_MAGIC: u16 = 0xeb9f;
-/// `BTF_KIND_STRUCT`, `BTF_KIND_UNION`.
+/// `BTF_KIND_STRUCT`, `BTF_KIND_UNION`, `BTF_KIND_FUNC`.
 const KIND_STRUCT: u32 = 4;
 const KIND_UNION: u32 = 5;
+const KIND_FUNC: u32 = 12;
 /// `BTF_KIND_TYPEDEF`, `BTF_KIND_VOLATILE`, `BTF_KIND_CONST`, `BTF_KIND_RESTRICT`,
 /// `BTF_KIND_TYPE_TAG`: modifiers, skipped to reach the member's struct or union.
 const MODIFIERS: [u32; 5] = [8, 9, 10, 11, 18];
 
-/// One struct or union member: name (an offset into the string section: a vmlinux BTF has
-/// hundreds of thousands of members, kept small), type id, offset in bits.
-#[derive(Debug, Clone)]
-struct Member {
-    name_off: u32,
-    type_id: u32,
-    bit_offset: u32,
-}
-
-/// What the reader keeps of one type.
-#[derive(Debug, Clone)]
-enum Type {
-    /// A struct or union's members.
-    Composite { members: Vec<Member> },
-    /// A modifier or typedef pointing at another type.
-    Modifier(u32),
-    /// Anything else.
-    Other,
-}
-
-/// The parsed type section: types by id (id 0 is `void`).
+/// The file and where each type is in it: nothing is copied out (a vmlinux BTF is some
+/// 6 MB with hundreds of thousands of members; the agent asks for a few dozen, once, at
+/// start, and its peak memory is what it holds here).
 #[derive(Debug)]
 pub struct Btf {
-    types: Vec<Type>,
-    by_name: HashMap<String, u32>,
-    /// The string section.
-    strs: Vec<u8>,
+    data: Vec<u8>,
+    /// Where each type's `struct btf_type` starts in `data`, by id (id 0 is `void`).
+    types: Vec<u32>,
+    /// The string section's place in `data`.
+    strs: std::ops::Range<usize>,
+}
+
+/// One `struct btf_type`: its name, kind, `vlen`, `kind_flag` and `size`/`type`.
+struct TypeHead {
+    name_off: u32,
+    kind: u32,
+    vlen: usize,
+    kind_flag: bool,
+    size_or_type: u32,
 }
 
 fn u16_at(d: &[u8], at: usize) -> Result<u16> {
@@ -64,101 +56,106 @@ fn u32_at(d: &[u8], at: usize) -> Result<u32> {
         .ok_or_else(|| anyhow!("BTF truncated at {at}"))
 }
 
+fn head_at(d: &[u8], at: usize) -> Result<TypeHead> {
+    let info = u32_at(d, at + 4)?;
+    Ok(TypeHead {
+        name_off: u32_at(d, at)?,
+        kind: (info >> 24) & 0x1f,
+        vlen: (info & 0xffff) as usize,
+        kind_flag: info >> 31 != 0,
+        size_or_type: u32_at(d, at + 8)?,
+    })
+}
+
 impl Btf {
     /// Reads and parses a BTF file (little-endian, as on x86_64 and aarch64).
     pub fn from_file(path: &Path) -> Result<Btf> {
         let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-        Btf::parse(&data).with_context(|| format!("parsing {}", path.display()))
+        Btf::parse(data).with_context(|| format!("parsing {}", path.display()))
     }
 
-    /// Parses BTF bytes: `struct btf_header`, then the type and string sections.
-    pub fn parse(d: &[u8]) -> Result<Btf> {
-        if u16_at(d, 0)? != BTF_MAGIC {
-            bail!("not BTF (magic {:#x})", u16_at(d, 0)?);
+    /// Parses BTF bytes: `struct btf_header`, then the type and string sections; every type
+    /// and its trailing records must lie inside the type section.
+    pub fn parse(d: Vec<u8>) -> Result<Btf> {
+        if u16_at(&d, 0)? != BTF_MAGIC {
+            bail!("not BTF (magic {:#x})", u16_at(&d, 0)?);
         }
-        let hdr_len = u32_at(d, 4)? as usize;
-        let type_off = u32_at(d, 8)? as usize;
-        let type_len = u32_at(d, 12)? as usize;
-        let str_off = u32_at(d, 16)? as usize;
-        let str_len = u32_at(d, 20)? as usize;
+        let hdr_len = u32_at(&d, 4)? as usize;
+        let type_off = u32_at(&d, 8)? as usize;
+        let type_len = u32_at(&d, 12)? as usize;
+        let str_off = u32_at(&d, 16)? as usize;
+        let str_len = u32_at(&d, 20)? as usize;
         let types_at = hdr_len + type_off;
-        let strs_at = hdr_len + str_off;
-        let strs = d
-            .get(strs_at..strs_at + str_len)
-            .ok_or_else(|| anyhow!("string section out of the file"))?;
-        let name = |off: u32| -> String {
-            let s = strs.get(off as usize..).unwrap_or(&[]);
-            let end = s.iter().position(|&b| b == 0).unwrap_or(s.len());
-            String::from_utf8_lossy(&s[..end]).into_owned()
-        };
-        let mut types = vec![Type::Other];
-        let mut by_name = HashMap::new();
-        let mut at = types_at;
+        let strs = hdr_len + str_off..hdr_len + str_off + str_len;
+        if strs.end > d.len() {
+            bail!("string section out of the file");
+        }
         let end = types_at + type_len;
         if end > d.len() {
             bail!("type section out of the file");
         }
+        let mut types = vec![0u32];
+        let mut at = types_at;
         while at < end {
-            let name_off = u32_at(d, at)?;
-            let info = u32_at(d, at + 4)?;
-            let size_or_type = u32_at(d, at + 8)?;
-            let vlen = (info & 0xffff) as usize;
-            let kind = (info >> 24) & 0x1f;
-            let kind_flag = info >> 31 != 0;
-            at += 12;
-            let extra = match kind {
-                1 | 14 | 17 => 4,             // INT, VAR, DECL_TAG
-                3 => 12,                      // ARRAY
-                4 | 5 | 15 | 19 => vlen * 12, // STRUCT, UNION, DATASEC, ENUM64
-                6 | 13 => vlen * 8,           // ENUM, FUNC_PROTO
-                2 | 7..=12 | 16 | 18 => 0,    // PTR, FWD, TYPEDEF, modifiers, FUNC, FLOAT, TYPE_TAG
+            let h = head_at(&d, at)?;
+            let extra = match h.kind {
+                1 | 14 | 17 => 4,               // INT, VAR, DECL_TAG
+                3 => 12,                        // ARRAY
+                4 | 5 | 15 | 19 => h.vlen * 12, // STRUCT, UNION, DATASEC, ENUM64
+                6 | 13 => h.vlen * 8,           // ENUM, FUNC_PROTO
+                2 | 7..=12 | 16 | 18 => 0, // PTR, FWD, TYPEDEF, modifiers, FUNC, FLOAT, TYPE_TAG
                 k => bail!("unknown BTF kind {k} at type {}", types.len()),
             };
-            let ty = if kind == KIND_STRUCT || kind == KIND_UNION {
-                let mut members = Vec::with_capacity(vlen);
-                for i in 0..vlen {
-                    let m = at + i * 12;
-                    let off = u32_at(d, m + 8)?;
-                    members.push(Member {
-                        name_off: u32_at(d, m)?,
-                        type_id: u32_at(d, m + 4)?,
-                        // With kind_flag, the high 8 bits are a bitfield's size.
-                        bit_offset: if kind_flag { off & 0xff_ffff } else { off },
-                    });
-                }
-                let n = name(name_off);
-                if kind == KIND_STRUCT && !n.is_empty() {
-                    by_name.entry(n.clone()).or_insert(types.len() as u32);
-                }
-                Type::Composite { members }
-            } else if MODIFIERS.contains(&kind) {
-                Type::Modifier(size_or_type)
-            } else {
-                Type::Other
-            };
-            types.push(ty);
-            at += extra;
+            if at + 12 + extra > end {
+                bail!("type {} runs past the type section", types.len());
+            }
+            types.push(at as u32);
+            at += 12 + extra;
         }
         Ok(Btf {
+            data: d,
             types,
-            by_name,
-            strs: strs.to_vec(),
+            strs,
         })
     }
 
     /// The NUL-terminated string at `off` of the string section (empty when out of it).
     fn name(&self, off: u32) -> &[u8] {
-        let s = self.strs.get(off as usize..).unwrap_or(&[]);
+        let s = self.data[self.strs.clone()]
+            .get(off as usize..)
+            .unwrap_or(&[]);
         let end = s.iter().position(|&b| b == 0).unwrap_or(s.len());
         &s[..end]
+    }
+
+    /// The head of type `id` (`None` for `void` and ids past the last).
+    fn head(&self, id: u32) -> Option<TypeHead> {
+        let at = *self.types.get(id as usize).filter(|_| id > 0)?;
+        head_at(&self.data, at as usize).ok()
+    }
+
+    /// The first type of `kind` named `name`.
+    fn id_of(&self, kind: u32, name: &str) -> Option<u32> {
+        (1..self.types.len() as u32).find(|&id| {
+            self.head(id)
+                .is_some_and(|h| h.kind == kind && self.name(h.name_off) == name.as_bytes())
+        })
+    }
+
+    /// The type ids of the functions `names` (`BTF_KIND_FUNC`), in the order of `names`; a
+    /// function the kernel's BTF does not have is left out.
+    pub fn func_ids<'a>(&self, names: &[&'a str]) -> Vec<(&'a str, u32)> {
+        names
+            .iter()
+            .filter_map(|&n| self.id_of(KIND_FUNC, n).map(|id| (n, id)))
+            .collect()
     }
 
     /// Byte offset of `member` in `struct name`, looking into anonymous struct and union
     /// members.
     pub fn member_offset(&self, name: &str, member: &str) -> Result<u32> {
-        let id = *self
-            .by_name
-            .get(name)
+        let id = self
+            .id_of(KIND_STRUCT, name)
             .ok_or_else(|| anyhow!("no struct {name} in BTF"))?;
         let bits = self
             .find(id, member, 0)
@@ -169,22 +166,43 @@ impl Btf {
         Ok(bits / 8)
     }
 
+    /// The members of struct or union `id`: name offset, type id, offset in bits.
+    fn members(&self, id: u32) -> Vec<(u32, u32, u32)> {
+        let Some(h) = self
+            .head(id)
+            .filter(|h| h.kind == KIND_STRUCT || h.kind == KIND_UNION)
+        else {
+            return Vec::new();
+        };
+        let at = self.types[id as usize] as usize + 12;
+        (0..h.vlen)
+            .filter_map(|i| {
+                let m = at + i * 12;
+                let off = u32_at(&self.data, m + 8).ok()?;
+                Some((
+                    u32_at(&self.data, m).ok()?,
+                    u32_at(&self.data, m + 4).ok()?,
+                    // With kind_flag, the high 8 bits are a bitfield's size.
+                    if h.kind_flag { off & 0xff_ffff } else { off },
+                ))
+            })
+            .collect()
+    }
+
     fn find(&self, id: u32, member: &str, depth: u32) -> Option<u32> {
         if depth > 8 {
             return None;
         }
-        let Some(Type::Composite { members, .. }) = self.types.get(id as usize) else {
-            return None;
-        };
-        for m in members {
-            if self.name(m.name_off) == member.as_bytes() {
-                return Some(m.bit_offset);
+        let members = self.members(id);
+        for &(name_off, _, bit_offset) in &members {
+            if self.name(name_off) == member.as_bytes() {
+                return Some(bit_offset);
             }
         }
-        for m in members.iter().filter(|m| self.name(m.name_off).is_empty()) {
-            let inner = self.strip(m.type_id);
+        for &(_, type_id, bit_offset) in members.iter().filter(|m| self.name(m.0).is_empty()) {
+            let inner = self.strip(type_id);
             if let Some(b) = self.find(inner, member, depth + 1) {
-                return Some(m.bit_offset + b);
+                return Some(bit_offset + b);
             }
         }
         None
@@ -193,8 +211,8 @@ impl Btf {
     /// The type behind typedefs and modifiers.
     fn strip(&self, mut id: u32) -> u32 {
         for _ in 0..16 {
-            match self.types.get(id as usize) {
-                Some(Type::Modifier(t)) => id = *t,
+            match self.head(id) {
+                Some(h) if MODIFIERS.contains(&h.kind) => id = h.size_or_type,
                 _ => break,
             }
         }
@@ -310,7 +328,7 @@ mod tests {
 
     #[test]
     fn members_through_anonymous_unions() {
-        let b = Btf::parse(&fixture()).unwrap();
+        let b = Btf::parse(fixture()).unwrap();
         assert_eq!(b.member_offset("outer", "a").unwrap(), 0);
         assert_eq!(b.member_offset("outer", "b").unwrap(), 8);
         assert_eq!(b.member_offset("outer", "c").unwrap(), 8);
@@ -323,13 +341,19 @@ mod tests {
     #[test]
     fn malformed_blobs_refused() {
         let mut d = fixture();
-        assert!(Btf::parse(&d[..30]).is_err());
+        assert!(Btf::parse(d[..30].to_vec()).is_err());
         d[0] = 0;
-        assert!(Btf::parse(&d).unwrap_err().to_string().contains("not BTF"));
+        assert!(Btf::parse(d.clone())
+            .unwrap_err()
+            .to_string()
+            .contains("not BTF"));
         let mut d = fixture();
         // kind 31 in type 1
         d[24 + 7] = 31;
-        assert!(Btf::parse(&d).unwrap_err().to_string().contains("kind 31"));
+        assert!(Btf::parse(d.clone())
+            .unwrap_err()
+            .to_string()
+            .contains("kind 31"));
     }
 
     /// Against this machine's kernel: offsets that `include/linux/*.h` fixes for x86_64 on

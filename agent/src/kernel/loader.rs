@@ -39,12 +39,86 @@ fn proc_gate_size() -> u32 {
 /// the value size, so 2^19 pids take 4 MiB; higher pids go to `PROCS` directly.
 const PROC_GATE_MAX: u32 = 1 << 19;
 
+/// Keeps glibc from raising its mmap threshold (it does, up to 32 MiB, after a large block
+/// is freed): the start-up's large, short-lived blocks (the kernel's BTF read, the
+/// trampolines' BTF, the object's relocation) then each get their own mapping, grown in
+/// place (`mremap`) and unmapped when freed, instead of being copied as they grow on the heap
+/// and kept there; the peak memory is what they hold, not twice that (issue 21).
+fn map_large_blocks() {
+    /// glibc's default threshold (`M_MMAP_THRESHOLD`, mallopt(3)), made fixed.
+    const THRESHOLD: libc::c_int = 128 * 1024;
+    // SAFETY: mallopt only changes the allocator's tuning.
+    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, THRESHOLD) };
+}
+
 /// Gives the heap's free memory back to the system: loading parses the eBPF object and
 /// the kernel's BTF (several MiB, freed once loaded), which glibc would otherwise keep
 /// in the agent's RSS for good.
 fn release_freed_memory() {
     // SAFETY: malloc_trim only releases free memory of the allocator's own arenas.
     unsafe { libc::malloc_trim(0) };
+}
+
+/// Loads the object with aya's loader, without the kernel's BTF: the programs have no CO-RE
+/// relocations (struct offsets come from `btf::file_offsets` in `Config`). `EbpfLoader::new`
+/// parses `/sys/kernel/btf/vmlinux` all the same (aya 0.14, before `.btf(None)` can say no),
+/// some 20 MB of heap for a moment: most of the agent's peak memory. So the loader runs in a
+/// thread of its own whose mount namespace shows `/dev/null` there ([`hide_kernel_btf`]);
+/// where that cannot be done (no `CAP_SYS_ADMIN`, no such file), it parses it.
+fn load_object() -> Result<Ebpf, aya::EbpfError> {
+    let load = || {
+        EbpfLoader::new()
+            .btf(None)
+            .map_max_entries("PROC_GATE", proc_gate_size())
+            .load(EBPF_OBJECT)
+    };
+    std::thread::scope(|s| {
+        let loader = std::thread::Builder::new()
+            .name("uvmwatch-load".into())
+            .spawn_scoped(s, || {
+                if let Err(e) = hide_kernel_btf() {
+                    tracing::debug!(error = %e, "kernel BTF not hidden from the loader");
+                }
+                load()
+            });
+        match loader {
+            Ok(t) => t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+            Err(_) => load(),
+        }
+    })
+}
+
+/// Gives the calling thread a mount namespace of its own (nothing mounted in it reaches the
+/// host's) in which `/sys/kernel/btf/vmlinux` is `/dev/null`. The thread must end after its
+/// use: the namespace goes with it.
+fn hide_kernel_btf() -> std::io::Result<()> {
+    let check = |r: libc::c_int| {
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    };
+    // SAFETY: unshare and mount with valid NUL-terminated paths; CLONE_FS first, so that the
+    // mount namespace is this thread's alone and the process's other threads keep theirs.
+    unsafe {
+        check(libc::unshare(libc::CLONE_FS))?;
+        check(libc::unshare(libc::CLONE_NEWNS))?;
+        check(libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ))?;
+        check(libc::mount(
+            c"/dev/null".as_ptr(),
+            c"/sys/kernel/btf/vmlinux".as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        ))
+    }
 }
 
 /// Whether this process can load BPF programs (effective uid 0 is the practical test; the
@@ -83,14 +157,8 @@ impl Kernel {
                 "loading eBPF programs needs root (CAP_SYS_ADMIN; docs/capabilities.md); run as root"
             ));
         }
-        let bpf = EbpfLoader::new()
-            // No kernel BTF for the loader: the programs have no CO-RE relocations (struct
-            // offsets come from `btf::file_offsets` in `Config`), and aya's parse of it
-            // would be most of the agent's peak memory. The trampolines get it when loaded.
-            .btf(None)
-            .map_max_entries("PROC_GATE", proc_gate_size())
-            .load(EBPF_OBJECT)
-            .context("loading the uvmwatch eBPF object")?;
+        map_large_blocks();
+        let bpf = load_object().context("loading the uvmwatch eBPF object")?;
         let tracefs = match tracefs::ensure_mounted() {
             Ok(p) => Some(p),
             Err(e) => {
@@ -109,6 +177,7 @@ impl Kernel {
             uvm_loaded: false,
             targets: StdHashMap::new(),
             multi: None,
+            trampoline_func_ids: Vec::new(),
             tracefs,
             config: Config::default(),
             backend: BackendChosen {

@@ -77,6 +77,9 @@ pub struct Kernel {
     /// Whether `nvidia_uvm` was loaded at the last check.
     uvm_loaded: bool,
     targets: StdHashMap<(u64, u64), LibcudaTarget>,
+    /// The running kernel's BTF type ids of the functions the trampolines attach to (read
+    /// with the struct offsets, [`settings`]).
+    trampoline_func_ids: Vec<(&'static str, u32)>,
     /// The uprobe programs loaded for multi-uprobe links, where the kernel has them.
     multi: Option<uprobe_multi::MultiPrograms>,
     /// Where tracefs is, when it is.

@@ -7,7 +7,7 @@ use anyhow::{anyhow, Context, Result};
 use aya::maps::{Array, HashMap, MapData};
 use uvmwatch_common::{CmdInfo, CmdKey, Config};
 
-use super::{btf, tracefs, Kernel, KernelSettings};
+use super::{btf, registry::Attach, tracefs, Kernel, KernelSettings};
 use crate::decode::layouts::Layout;
 
 /// `nvidia-uvm`'s character major as `/proc/devices` lists it now (`None` while it is not
@@ -123,6 +123,19 @@ impl Kernel {
             .ok()
             .and_then(|b| btf::fentry_offsets(b).ok())
             .unwrap_or_default();
+        let functions: Vec<&'static str> = self
+            .specs
+            .iter()
+            .filter_map(|s| match s.attach {
+                Attach::Fentry { function, .. } => Some(function),
+                _ => None,
+            })
+            .collect();
+        self.trampoline_func_ids = btf
+            .as_ref()
+            .map(|b| b.func_ids(&functions))
+            .unwrap_or_default();
+        drop(btf);
         let cfg = Config {
             slow_ioctl_ns: s.slow_ioctl_ns,
             agent_tgid: std::process::id(),
