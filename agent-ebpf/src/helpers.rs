@@ -221,32 +221,55 @@ pub fn file_of_fd(cfg: &Config, fd: u32) -> Option<u64> {
     let task = unsafe { bpf_get_current_task() };
     let files: u64 = kread(task + o.task_files as u64)?;
     let fdt: u64 = kread(files + o.files_fdt as u64)?;
-    let max: u32 = kread(fdt + o.fdt_max_fds as u64)?;
+    // `max_fds` and `fd` side by side (as in `struct fdtable` of 5.x and 6.x: an `unsigned
+    // int`, then the pointer 8 bytes on): one read for both.
+    let (max, arr) = if o.fdt_fd == o.fdt_max_fds + 8 {
+        let pair: [u64; 2] = kread(fdt + o.fdt_max_fds as u64)?;
+        (pair[0] as u32, pair[1])
+    } else {
+        (
+            kread::<u32>(fdt + o.fdt_max_fds as u64)?,
+            kread::<u64>(fdt + o.fdt_fd as u64)?,
+        )
+    };
     if fd >= max {
         return None;
     }
-    let arr: u64 = kread(fdt + o.fdt_fd as u64)?;
     let f: u64 = kread(arr + fd as u64 * 8)?;
     (f != 0).then_some(f)
 }
 
-/// What a file is, as far as identifying it goes: a character device by its number, any
-/// other file by its (superblock device, inode).
+/// What a file is, as far as identifying it goes: a device by its number (a character
+/// device's, or any device's whose number is not NVIDIA's), any other file by its
+/// (superblock device, inode).
 #[derive(Clone, Copy)]
 pub enum FileId {
     Chr { rdev: u32 },
     Other { key: DevFileKey },
 }
 
-/// [`FileId`] of `struct file *file` (two reads for a character device, four otherwise).
+/// [`FileId`] of `struct file *file`: two reads for a device file that is not NVIDIA's
+/// (`/dev/null`, a terminal), three for one that is, five for any other file.
+///
+/// The device number comes first: only device files have one (`i_rdev` is 0 for regular
+/// files, directories, pipes and sockets, which the type in `i_mode` says otherwise). A
+/// number NVIDIA's driver does not own needs no type (filesystems set `i_rdev` only through
+/// `init_special_inode`, for device nodes): a block device is never an NVIDIA
+/// node, so it is [`FileId::Chr`] too, of no node; one with an NVIDIA number is a node
+/// only if it is a character device.
 #[inline(always)]
 pub fn file_id(cfg: &Config, file: u64) -> Option<FileId> {
     let o = &cfg.files;
     let inode: u64 = kread(file + o.file_inode as u64)?;
-    let mode: u16 = kread(inode + o.inode_mode as u64)?;
-    if mode & S_IFMT == S_IFCHR {
-        let rdev: u32 = kread(inode + o.inode_rdev as u64)?;
-        return Some(FileId::Chr { rdev });
+    let rdev: u32 = kread(inode + o.inode_rdev as u64)?;
+    if rdev != 0 {
+        if classify_rdev(rdev, cfg.uvm_major).0 == node::NONE {
+            return Some(FileId::Chr { rdev });
+        }
+        let mode: u16 = kread(inode + o.inode_mode as u64)?;
+        if mode & S_IFMT == S_IFCHR {
+            return Some(FileId::Chr { rdev });
+        }
     }
     let ino: u64 = kread(inode + o.inode_ino as u64)?;
     let sb: u64 = kread(inode + o.inode_sb as u64)?;

@@ -114,6 +114,9 @@ pub static KF_START: LruHashMap<KernelFnKey, u64> = LruHashMap::with_max_entries
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct PendingOpen {
+    /// The thread whose open it is (the key: see the tracepoint enter in `probes/open.rs`).
+    pub tid: u32,
+    pub _pad0: u32,
     /// User-space address of the path.
     pub filename: u64,
     /// The `O_*` flags of the open.
@@ -136,8 +139,16 @@ pub struct PendingOpen {
 impl PendingOpen {
     /// An open of no known node begun at `start_ns`, not (yet) known to be inside `cuInit`.
     #[inline(always)]
-    pub fn new(filename: u64, open_flags: u64, start_ns: u64, kernel_path: bool) -> PendingOpen {
+    pub fn new(
+        tid: u32,
+        filename: u64,
+        open_flags: u64,
+        start_ns: u64,
+        kernel_path: bool,
+    ) -> PendingOpen {
         PendingOpen {
+            tid,
+            _pad0: 0,
             filename,
             open_flags,
             start_ns,

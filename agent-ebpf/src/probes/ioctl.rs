@@ -20,7 +20,7 @@ use uvmwatch_common::{
 };
 
 use super::cuinit::in_cuinit;
-use super::{SysExitArgs, SyscallHead};
+use super::{tp_record, SysExitArgs, SyscallHead};
 use crate::helpers::{
     add_sample, bump, config, count, emit, failed, failure_allowed, header, ids, kread,
     maybe_tracked, node_of_fd,
@@ -61,8 +61,11 @@ struct SysEnterIoctlArgs {
 /// `syscalls:sys_enter_ioctl` ([`SysEnterIoctlArgs`]).
 #[tracepoint]
 pub fn ioctl_enter(ctx: TracePointContext) -> u32 {
-    if let Ok(args) = unsafe { ctx.read_at::<SysEnterIoctlArgs>(0) } {
-        let _ = enter(args.fd, args.cmd, args.arg);
+    // The gate before the arguments: an ioctl of a process not looked at reads nothing.
+    let (tgid, tid) = ids();
+    if maybe_tracked(tgid) {
+        let args = unsafe { tp_record::<SysEnterIoctlArgs>(&ctx) };
+        let _ = enter(tgid, tid, args.fd, args.cmd, args.arg);
     }
     0
 }
@@ -72,8 +75,10 @@ pub fn ioctl_enter(ctx: TracePointContext) -> u32 {
 #[fentry(function = "__x64_sys_ioctl")]
 pub fn ioctl_fentry(ctx: FEntryContext) -> u32 {
     // The gate before the registers: an ioctl of a process not looked at reads nothing.
-    if maybe_tracked(ids().0) {
-        let _ = syscall_args(ctx.arg::<u64>(0)).map(|(fd, cmd, arg)| enter(fd, cmd, arg));
+    let (tgid, tid) = ids();
+    if maybe_tracked(tgid) {
+        let _ =
+            syscall_args(ctx.arg::<u64>(0)).map(|(fd, cmd, arg)| enter(tgid, tid, fd, cmd, arg));
     }
     0
 }
@@ -92,16 +97,12 @@ fn syscall_args(regs: u64) -> Option<(u64, u64, u64)> {
     ))
 }
 
-/// What both enters do: put the call in `INFLIGHT_IOCTL` when it is on an NVIDIA node of a
-/// process in `PROCS`.
+/// What both enters do, for a process the gate lets through (`maybe_tracked`: one array
+/// lookup for every process that never touched an NVIDIA node, the host's other ioctls on
+/// terminals, sockets and block devices, instead of its arguments and fd table): put the
+/// call in `INFLIGHT_IOCTL` when it is on an NVIDIA node of a process in `PROCS`.
 #[inline(always)]
-fn enter(fd: u64, cmd: u64, arg: u64) -> Option<()> {
-    let (tgid, tid) = ids();
-    // One array lookup for every process that never touched an NVIDIA node (the host's
-    // other ioctls: terminals, sockets, block devices) instead of reading its fd table.
-    if !maybe_tracked(tgid) {
-        return None;
-    }
+fn enter(tgid: u32, tid: u32, fd: u64, cmd: u64, arg: u64) -> Option<()> {
     unsafe { PROCS.get(&tgid) }?;
     let cfg = config()?;
     let fd = fd as u32;
@@ -165,26 +166,37 @@ fn named(node_kind: u8, cmd: u32) -> bool {
 /// `syscalls:sys_exit_ioctl` ([`SysExitArgs`]).
 #[tracepoint]
 pub fn ioctl_exit(ctx: TracePointContext) -> u32 {
-    if let Ok(args) = unsafe { ctx.read_at::<SysExitArgs>(0) } {
-        let _ = exit(args.ret);
-    }
+    // The call in flight before the return value: an ioctl not followed reads nothing.
+    let Some(call) = in_flight() else {
+        return 0;
+    };
+    let _ = exit(call, unsafe { tp_record::<SysExitArgs>(&ctx) }.ret);
     0
 }
 
 /// fexit on `__x64_sys_ioctl`: its return value follows its one argument.
 #[fexit(function = "__x64_sys_ioctl")]
 pub fn ioctl_fexit(ctx: FExitContext) -> u32 {
-    let _ = exit(ctx.arg::<i64>(1));
+    if let Some(call) = in_flight() {
+        let _ = exit(call, ctx.arg::<i64>(1));
+    }
     0
 }
 
-/// What both exits do with the call in flight on this thread, which returned `ret`.
+/// The call this thread has in flight, taken out of `INFLIGHT_IOCTL`. Not gated: a call in
+/// flight outlives its process's gate when the leader exits first.
 #[inline(always)]
-fn exit(ret: i64) -> Option<()> {
-    let (tgid, tid) = ids();
-    // Not gated: a call in flight outlives its process's gate when the leader exits first.
+fn in_flight() -> Option<InflightIoctl> {
+    let tid = ids().1;
     let call = *unsafe { INFLIGHT_IOCTL.get(&tid) }?;
     let _ = INFLIGHT_IOCTL.remove(&tid);
+    Some(call)
+}
+
+/// What both exits do with `call`, the call in flight on this thread, which returned `ret`.
+#[inline(always)]
+fn exit(call: InflightIoctl, ret: i64) -> Option<()> {
+    let (tgid, tid) = ids();
     let now = unsafe { bpf_ktime_get_ns() };
     let dur = now.saturating_sub(call.start_ns);
 

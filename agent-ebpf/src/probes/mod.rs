@@ -16,6 +16,20 @@ pub mod kernel_fn;
 pub mod open;
 pub mod sched;
 
+use aya_ebpf::{programs::TracePointContext, EbpfContext};
+
+/// The record of tracepoint `ctx` as its format struct `T`, in place: a tracepoint program
+/// loads the fields it reads straight from its record (the verifier checks each load's
+/// offset), one instruction each, where `TracePointContext::read_at` copies the whole struct
+/// with a `bpf_probe_read_kernel` call (on every open of the host).
+///
+/// # Safety
+/// `T` must be the tracepoint's record layout, as in the `format` each struct's doc holds.
+#[inline(always)]
+pub unsafe fn tp_record<T>(ctx: &TracePointContext) -> &T {
+    unsafe { &*(ctx.as_ptr() as *const T) }
+}
+
 /// The fields every tracepoint record starts with (`struct trace_entry`):
 ///
 /// ```text

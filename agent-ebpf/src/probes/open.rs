@@ -34,7 +34,7 @@ use uvmwatch_common::{
 };
 
 use super::cuinit::in_cuinit;
-use super::{SysExitArgs, SyscallHead};
+use super::{tp_record, SysExitArgs, SyscallHead};
 use crate::helpers::{
     bump, config, count, emit, ensure_proc, failure_allowed, file_id, file_name_kind, file_of_fd,
     header, ids, kread, FileId, Named,
@@ -146,18 +146,16 @@ struct SysEnterOpenat2Args {
 /// `syscalls:sys_enter_open` ([`SysEnterOpenArgs`]).
 #[tracepoint]
 pub fn open_enter(ctx: TracePointContext) -> u32 {
-    if let Ok(args) = unsafe { ctx.read_at::<SysEnterOpenArgs>(0) } {
-        let _ = enter(args.filename, args.flags);
-    }
+    let args = unsafe { tp_record::<SysEnterOpenArgs>(&ctx) };
+    let _ = enter(args.filename, args.flags);
     0
 }
 
 /// `syscalls:sys_enter_openat` ([`SysEnterOpenatArgs`]).
 #[tracepoint]
 pub fn openat_enter(ctx: TracePointContext) -> u32 {
-    if let Ok(args) = unsafe { ctx.read_at::<SysEnterOpenatArgs>(0) } {
-        let _ = enter(args.filename, args.flags);
-    }
+    let args = unsafe { tp_record::<SysEnterOpenatArgs>(&ctx) };
+    let _ = enter(args.filename, args.flags);
     0
 }
 
@@ -165,10 +163,9 @@ pub fn openat_enter(ctx: TracePointContext) -> u32 {
 /// caller's `open_how`.
 #[tracepoint]
 pub fn openat2_enter(ctx: TracePointContext) -> u32 {
-    if let Ok(args) = unsafe { ctx.read_at::<SysEnterOpenat2Args>(0) } {
-        if let Ok(flags) = unsafe { bpf_probe_read_user::<u64>(args.how as *const u64) } {
-            let _ = enter(args.filename, flags);
-        }
+    let args = unsafe { tp_record::<SysEnterOpenat2Args>(&ctx) };
+    if let Ok(flags) = unsafe { bpf_probe_read_user::<u64>(args.how as *const u64) } {
+        let _ = enter(args.filename, flags);
     }
     0
 }
@@ -182,8 +179,21 @@ fn enter(filename: u64, open_flags: u64) -> Option<()> {
         return None;
     }
     // Whether it is inside `cuInit` is asked at the exit, of the opens that are reported.
-    let p = PendingOpen::new(filename, open_flags, unsafe { bpf_ktime_get_ns() }, false);
-    if PENDING_OPEN.insert(&tid, &p, 0).is_err() {
+    let p = PendingOpen::new(
+        tid,
+        filename,
+        open_flags,
+        unsafe { bpf_ktime_get_ns() },
+        false,
+    );
+    // The thread's entry of its last open is left by the exit (below) for this one to
+    // overwrite in place: a lookup, where an update of an LRU map takes a free node, a
+    // bucket lock and gives the old node back (on every open of the host). Only this thread
+    // writes its entry; one the map recycled for another thread meanwhile carries this
+    // thread's id, so that thread's exit does not take it for its own.
+    if let Some(slot) = PENDING_OPEN.get_ptr_mut(&tid) {
+        unsafe { *slot = p };
+    } else if PENDING_OPEN.insert(&tid, &p, 0).is_err() {
         bump(counter::PENDING_OPEN_FULL);
     }
     None
@@ -202,14 +212,16 @@ fn try_open_exit(ctx: &TracePointContext) -> Option<()> {
     if tgid == config()?.agent_tgid {
         return None;
     }
-    let ret = unsafe { ctx.read_at::<SysExitArgs>(0) }.ok()?.ret;
-    let now = unsafe { bpf_ktime_get_ns() };
+    let ret = unsafe { tp_record::<SysExitArgs>(ctx) }.ret;
     // The thread's pending open, taken only for an open to report: any other open leaves it
     // for the thread's next open to overwrite (`PENDING_OPEN` is an LRU map), so the host's
     // ordinary opens cost no lookup and no delete here. One the map recycled (or that began
     // before the probes) is counted where it was needed.
     let take = || {
-        let Some(mut p) = unsafe { PENDING_OPEN.get(&tid) }.copied() else {
+        let Some(mut p) = unsafe { PENDING_OPEN.get(&tid) }
+            .copied()
+            .filter(|p| p.tid == tid)
+        else {
             bump(counter::OPEN_UNFOLLOWED);
             return None;
         };
@@ -219,9 +231,9 @@ fn try_open_exit(ctx: &TracePointContext) -> Option<()> {
     };
     if ret >= 0 {
         let file = file_of_fd(config()?, ret as u32)?;
-        opened_file(take, None, tgid, tid, file, ret as u32, now)
+        opened_file(take, None, tgid, tid, file, ret as u32)
     } else {
-        open_failed(&take()?, tgid, tid, ret, now)
+        open_failed(&take()?, tgid, tid, ret, unsafe { bpf_ktime_get_ns() })
     }
 }
 
@@ -251,7 +263,7 @@ fn chrdev_entered(inode: u64) -> Option<()> {
         in_cuinit: in_cuinit(tgid, tid, now) as u8,
         node: node_kind,
         minor,
-        ..PendingOpen::new(0, 0, now, true)
+        ..PendingOpen::new(tid, 0, 0, now, true)
     };
     if PENDING_OPEN.insert(&tid, &p, 0).is_err() {
         bump(counter::PENDING_OPEN_FULL);
@@ -353,14 +365,14 @@ fn filp_opened(pathname: u64, op: u64, ret: u64) -> Option<()> {
     };
     // No stamp: not an NVIDIA character device (a double's open time is not measured on
     // this backend).
-    let mut p = stamp.unwrap_or(PendingOpen::new(0, 0, now, true));
+    let mut p = stamp.unwrap_or(PendingOpen::new(tid, 0, 0, now, true));
     let args = Some(FilpArgs { pathname, op });
     if failed {
         complete(&mut p, args, tid);
         open_failed(&p, tgid, tid, err, now)
     } else {
         // The fd is not installed yet inside `do_filp_open`: a successful open reports 0.
-        opened_file(move || Some(p), args, tgid, tid, ret, 0, now)
+        opened_file(move || Some(p), args, tgid, tid, ret, 0)
     }
 }
 
@@ -460,7 +472,6 @@ fn opened_file<F: FnOnce() -> Option<PendingOpen>>(
     tid: u32,
     file: u64,
     fd: u32,
-    now: u64,
 ) -> Option<()> {
     let cfg = config()?;
     let (node_kind, minor) = match file_id(cfg, file)? {
@@ -485,6 +496,8 @@ fn opened_file<F: FnOnce() -> Option<PendingOpen>>(
                 if p.open_flags & O_ACCMODE != O_RDONLY {
                     return None;
                 }
+                // The time only of an open that is reported (not of the host's others).
+                let now = unsafe { bpf_ktime_get_ns() };
                 let _ = ensure_proc(tgid, now);
                 // Not probed yet: a cuInit the process makes before it is will be found
                 // from its first driver call.
@@ -512,8 +525,9 @@ fn opened_file<F: FnOnce() -> Option<PendingOpen>>(
     if node_kind == node::NONE {
         return None;
     }
+    let now = unsafe { bpf_ktime_get_ns() };
     // Without its start (counted by `take`), the open is still counted, as ending now.
-    let mut p = take().unwrap_or(PendingOpen::new(0, 0, now, false));
+    let mut p = take().unwrap_or(PendingOpen::new(tid, 0, 0, now, false));
     complete(&mut p, args, tid);
     // An `O_PATH` open reaches no driver (no `chrdev_open`): not a device open.
     if p.open_flags & O_PATH != 0 {
