@@ -6,7 +6,11 @@
 //! are never chosen. Module symbols carry their module in brackets: `uvm_api_register_gpu
 //! [nvidia_uvm]`.
 
-use std::path::Path;
+use std::{
+    collections::BTreeSet,
+    io::{BufRead, BufReader},
+    path::Path,
+};
 
 use anyhow::{Context, Result};
 
@@ -19,48 +23,73 @@ pub struct Symbol {
     pub module: Option<String>,
 }
 
-/// Text (function) symbols from kallsyms.
+/// The text (function) symbols of kallsyms that some names ask for, and the modules listed.
 #[derive(Clone, Debug, Default)]
 pub struct Kallsyms {
     syms: Vec<Symbol>,
+    modules: BTreeSet<String>,
 }
 
 /// Suffixes gcc gives clones of a function that are still entry points.
 const CLONE_MARKERS: &[&str] = &[".part.", ".isra.", ".constprop.", ".llvm."];
 
 impl Kallsyms {
-    /// Parses the text of `/proc/kallsyms`; keeps text symbols (`t`/`T`).
-    pub fn parse(text: &str) -> Kallsyms {
-        let syms = text
-            .lines()
-            .filter_map(|l| {
-                let mut it = l.split_whitespace();
-                let _addr = it.next()?;
-                let ty = it.next()?;
-                let name = it.next()?;
-                if !matches!(ty, "t" | "T") {
-                    return None;
-                }
-                let module = it
-                    .next()
-                    .map(|m| m.trim_start_matches('[').trim_end_matches(']').to_string());
-                Some(Symbol {
-                    name: name.to_string(),
-                    module,
-                })
-            })
-            .collect();
-        Kallsyms { syms }
+    /// Parses the text of `/proc/kallsyms`; keeps the text symbols (`t`/`T`) named by
+    /// `wanted` or by a name that starts with one of them (its clones).
+    pub fn parse(text: &str, wanted: &[&str]) -> Kallsyms {
+        let mut k = Kallsyms::default();
+        for l in text.lines() {
+            k.add_line(l, wanted);
+        }
+        k
     }
 
-    /// Reads and parses a kallsyms file (normally `/proc/kallsyms`).
+    /// Reads a kallsyms file (normally `/proc/kallsyms`) line by line, keeping what
+    /// [`Kallsyms::parse`] keeps. The file is 5-10 MB on a distribution kernel (some 200 000
+    /// symbols): read whole and kept whole, it was most of the agent's peak memory where
+    /// the kernel has kprobes (issue 21).
     ///
     /// # Errors
     /// The file cannot be read.
-    pub fn read(path: &Path) -> Result<Kallsyms> {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        Ok(Kallsyms::parse(&text))
+    pub fn read(path: &Path, wanted: &[&str]) -> Result<Kallsyms> {
+        let f = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+        let mut r = BufReader::new(f);
+        let mut k = Kallsyms::default();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = r
+                .read_line(&mut line)
+                .with_context(|| format!("reading {}", path.display()))?;
+            if n == 0 {
+                return Ok(k);
+            }
+            k.add_line(&line, wanted);
+        }
+    }
+
+    fn add_line(&mut self, l: &str, wanted: &[&str]) {
+        let mut it = l.split_whitespace();
+        let (Some(_addr), Some(ty), Some(name)) = (it.next(), it.next(), it.next()) else {
+            return;
+        };
+        if !matches!(ty, "t" | "T") {
+            return;
+        }
+        let module = it
+            .next()
+            .map(|m| m.trim_start_matches('[').trim_end_matches(']'));
+        if let Some(m) = module {
+            if !self.modules.contains(m) {
+                self.modules.insert(m.to_string());
+            }
+        }
+        if wanted.iter().any(|w| name.starts_with(w)) {
+            self.syms.push(Symbol {
+                name: name.to_string(),
+                module: module.map(str::to_string),
+            });
+        }
     }
 
     /// The name to attach to for function `name` (in `module`, or the core kernel when
@@ -81,11 +110,9 @@ impl Kallsyms {
             .map(|s| s.name.clone())
     }
 
-    /// Whether any symbol of `module` is listed (the module is loaded).
+    /// Whether any text symbol of `module` is listed (the module is loaded).
     pub fn has_module(&self, module: &str) -> bool {
-        self.syms
-            .iter()
-            .any(|s| s.module.as_deref() == Some(module))
+        self.modules.contains(module)
     }
 }
 
@@ -109,7 +136,18 @@ ffffffffc0a04000 t uvm_va_space_register_gpu.cold\t[nvidia_uvm]
 
     #[test]
     fn resolves_exact_clone_and_module_names() {
-        let k = Kallsyms::parse(SAMPLE);
+        let wanted = [
+            "request_free_mem_region",
+            "migrate_vma_setup",
+            "migrate_vma_pages",
+            "uvm_ioctl",
+            "uvm_gpu_retain_by_uuid",
+            "uvm_va_space_register_gpu",
+            "some_data",
+            "uvm_api_register",
+            "hmm_range_fault",
+        ];
+        let k = Kallsyms::parse(SAMPLE, &wanted);
         assert_eq!(
             k.resolve("request_free_mem_region", None).as_deref(),
             Some("request_free_mem_region")
@@ -140,12 +178,18 @@ ffffffffc0a04000 t uvm_va_space_register_gpu.cold\t[nvidia_uvm]
         // A name that is only a prefix of another is not a clone.
         assert_eq!(k.resolve("uvm_api_register", Some("nvidia_uvm")), None);
         assert!(k.has_module("nvidia_uvm"));
+        // A module is listed whether or not one of its symbols was asked for.
+        assert!(k.has_module("nvidia"));
         assert!(!k.has_module("nvidia_modeset"));
+        // Only what was asked for is kept.
+        assert_eq!(k.resolve("memremap_pages", None), None);
+        assert_eq!(k.resolve("nv_open", Some("nvidia")), None);
+        assert_eq!(k.syms.len(), 8);
     }
 
     #[test]
     fn reads_this_kernels_kallsyms() {
-        let k = Kallsyms::read(Path::new("/proc/kallsyms")).unwrap();
+        let k = Kallsyms::read(Path::new("/proc/kallsyms"), &["do_sys_open"]).unwrap();
         // Present on every kernel this agent supports.
         assert!(
             k.resolve("do_sys_openat2", None).is_some() || k.resolve("do_sys_open", None).is_some()

@@ -31,7 +31,15 @@ impl Kernel {
             }
             return;
         }
-        let syms = match Kallsyms::read(Path::new("/proc/kallsyms")) {
+        let wanted: Vec<&str> = self
+            .specs
+            .iter()
+            .filter_map(|spec| match spec.attach {
+                Attach::Kprobe { symbol, .. } => Some(symbol),
+                _ => None,
+            })
+            .collect();
+        let syms = match Kallsyms::read(Path::new("/proc/kallsyms"), &wanted) {
             Ok(k) => k,
             Err(e) => {
                 for (i, spec) in self.specs.iter().enumerate() {
