@@ -239,37 +239,23 @@ pub fn file_of_fd(cfg: &Config, fd: u32) -> Option<u64> {
     (f != 0).then_some(f)
 }
 
-/// What a file is, as far as identifying it goes: a device by its number (a character
-/// device's, or any device's whose number is not NVIDIA's), any other file by its
-/// (superblock device, inode).
+/// What a file is, as far as identifying it goes: a character device by its number, any
+/// other file by its (superblock device, inode).
 #[derive(Clone, Copy)]
 pub enum FileId {
     Chr { rdev: u32 },
     Other { key: DevFileKey },
 }
 
-/// [`FileId`] of `struct file *file`: two reads for a device file that is not NVIDIA's
-/// (`/dev/null`, a terminal), three for one that is, five for any other file.
-///
-/// The device number comes first: only device files have one (`i_rdev` is 0 for regular
-/// files, directories, pipes and sockets, which the type in `i_mode` says otherwise). A
-/// number NVIDIA's driver does not own needs no type (filesystems set `i_rdev` only through
-/// `init_special_inode`, for device nodes): a block device is never an NVIDIA
-/// node, so it is [`FileId::Chr`] too, of no node; one with an NVIDIA number is a node
-/// only if it is a character device.
+/// [`FileId`] of `struct file *file` (three reads for a character device, five otherwise).
 #[inline(always)]
 pub fn file_id(cfg: &Config, file: u64) -> Option<FileId> {
     let o = &cfg.files;
     let inode: u64 = kread(file + o.file_inode as u64)?;
-    let rdev: u32 = kread(inode + o.inode_rdev as u64)?;
-    if rdev != 0 {
-        if classify_rdev(rdev, cfg.uvm_major).0 == node::NONE {
-            return Some(FileId::Chr { rdev });
-        }
-        let mode: u16 = kread(inode + o.inode_mode as u64)?;
-        if mode & S_IFMT == S_IFCHR {
-            return Some(FileId::Chr { rdev });
-        }
+    let mode: u16 = kread(inode + o.inode_mode as u64)?;
+    if mode & S_IFMT == S_IFCHR {
+        let rdev: u32 = kread(inode + o.inode_rdev as u64)?;
+        return Some(FileId::Chr { rdev });
     }
     let ino: u64 = kread(inode + o.inode_ino as u64)?;
     let sb: u64 = kread(inode + o.inode_sb as u64)?;

@@ -19,6 +19,8 @@
 //! (from then on its ioctls are looked at); failed opens and opens inside `cuInit` are
 //! reported.
 
+use core::ptr::write_volatile;
+
 use aya_ebpf::{
     helpers::{
         bpf_ktime_get_ns, bpf_probe_read_kernel_str_bytes, bpf_probe_read_user,
@@ -164,9 +166,10 @@ pub fn openat_enter(ctx: TracePointContext) -> u32 {
 #[tracepoint]
 pub fn openat2_enter(ctx: TracePointContext) -> u32 {
     let args = unsafe { tp_record::<SysEnterOpenat2Args>(&ctx) };
-    if let Ok(flags) = unsafe { bpf_probe_read_user::<u64>(args.how as *const u64) } {
-        let _ = enter(args.filename, flags);
-    }
+    // Unreadable here (not paged in), the flags are taken as 0: the open is still kept, or
+    // its exit would take the thread's previous open for it.
+    let flags = unsafe { bpf_probe_read_user::<u64>(args.how as *const u64) }.unwrap_or(0);
+    let _ = enter(args.filename, flags);
     0
 }
 
@@ -192,7 +195,22 @@ fn enter(filename: u64, open_flags: u64) -> Option<()> {
     // writes its entry; one the map recycled for another thread meanwhile carries this
     // thread's id, so that thread's exit does not take it for its own.
     if let Some(slot) = PENDING_OPEN.get_ptr_mut(&tid) {
-        unsafe { *slot = p };
+        // The owner cleared first and written last, each store in this order: an entry the
+        // map hands to another thread while this writes (an LRU map reuses a node at once)
+        // ends either wholly that thread's (its copy, owner first, came after) or marked as
+        // this one's.
+        unsafe {
+            write_volatile(&mut (*slot).tid, 0);
+            write_volatile(&mut (*slot).filename, p.filename);
+            write_volatile(&mut (*slot).open_flags, p.open_flags);
+            write_volatile(&mut (*slot).start_ns, p.start_ns);
+            write_volatile(&mut (*slot).in_cuinit, p.in_cuinit);
+            write_volatile(&mut (*slot).node, p.node);
+            write_volatile(&mut (*slot).minor, p.minor);
+            write_volatile(&mut (*slot).kernel_path, p.kernel_path);
+            write_volatile(&mut (*slot).reported, p.reported);
+            write_volatile(&mut (*slot).tid, tid);
+        }
     } else if PENDING_OPEN.insert(&tid, &p, 0).is_err() {
         bump(counter::PENDING_OPEN_FULL);
     }
@@ -295,6 +313,9 @@ fn chrdev_refused(inode: u64, filp: u64, ret: i32) -> Option<()> {
     let (tgid, tid) = ids();
     let stamp = PENDING_OPEN.get_ptr_mut(&tid)?;
     let mut p = unsafe { *stamp };
+    if p.tid != tid {
+        return None;
+    }
     // Left for `do_filp_open`'s exit to drop, marked: it sees the same failure.
     unsafe { (*stamp).reported = 1 };
     p.open_flags = kread::<u32>(filp + cfg.fentry.file_flags as u64).unwrap_or(0) as u64;
@@ -343,7 +364,9 @@ fn filp_opened(pathname: u64, op: u64, ret: u64) -> Option<()> {
     }
     let now = unsafe { bpf_ktime_get_ns() };
     let stamp = if stamped {
-        let s = unsafe { PENDING_OPEN.get(&tid) }.copied();
+        let s = unsafe { PENDING_OPEN.get(&tid) }
+            .copied()
+            .filter(|p| p.tid == tid);
         if s.is_some() {
             let _ = PENDING_OPEN.remove(&tid);
         } else if !failed {
