@@ -52,7 +52,8 @@ const MAX_PROCESSES: usize = 4096;
 pub struct Identities {
     proc_root: PathBuf,
     known: HashMap<u32, Arc<Process>>,
-    /// Processes gone from procfs when their identity was read (counted once per pid read).
+    /// Reads of an identity that found only the kernel's pid and comm: the process was gone
+    /// from procfs (or its entry unreadable) when the agent needed it.
     gone_total: u64,
 }
 
@@ -86,9 +87,10 @@ impl Identities {
         p
     }
 
-    /// Processes whose identity could not be read, so far: they had exited (all their
-    /// threads) before the agent read `/proc/<pid>` for their first event; their events
-    /// carry only the pid and `comm` the kernel gave. The agent was that far behind.
+    /// Times an identity could not be read, so far: the process had exited (all its
+    /// threads) before the agent read `/proc/<pid>` for an event of it (the agent was that
+    /// far behind, or the event came after the exit), or its entry could not be read; those
+    /// events carry only the pid and `comm` the kernel gave.
     pub fn gone_total(&self) -> u64 {
         self.gone_total
     }
