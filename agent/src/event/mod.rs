@@ -618,7 +618,7 @@ pub struct Scan {
     pub undecodable_total: u64,
     /// Records taken from the ring buffer so far.
     pub received_total: u64,
-    /// Processes gone before their identity was read, so far
+    /// Times a process's identity could not be read when needed, so far
     /// (`host::identity::Identities::gone_total`).
     pub identities_unread_total: u64,
     /// The ring buffer was emptied before this pass: decoding keeps up.

@@ -444,6 +444,15 @@ impl MetricsListener {
     }
 }
 
+/// Raises `counter` to `total`, a running total kept elsewhere (a scan's figures); a counter
+/// never goes down, so a lower total changes nothing.
+fn raise_to(counter: &IntCounter, total: u64) {
+    let now = counter.get();
+    if total > now {
+        counter.inc_by(total - now);
+    }
+}
+
 impl Listener for MetricsListener {
     fn event(&mut self, ev: &Arc<Event>) {
         let m = &self.m;
@@ -539,19 +548,9 @@ impl Listener for MetricsListener {
             }
             Kind::Scan(s) => {
                 m.cuinit_in_flight.set(s.cuinit_in_flight as i64);
-                let got = m.received.get();
-                if s.received_total > got {
-                    m.received.inc_by(s.received_total - got);
-                }
-                let unread = m.identities_unread.get();
-                if s.identities_unread_total > unread {
-                    m.identities_unread
-                        .inc_by(s.identities_unread_total - unread);
-                }
-                let seen = m.user_drops.get();
-                if s.undecodable_total > seen {
-                    m.user_drops.inc_by(s.undecodable_total - seen);
-                }
+                raise_to(&m.received, s.received_total);
+                raise_to(&m.identities_unread, s.identities_unread_total);
+                raise_to(&m.user_drops, s.undecodable_total);
             }
             _ => {}
         }
