@@ -181,6 +181,9 @@ fn show(r: impl Read + Send + 'static, log: Arc<Mutex<Vec<String>>>) {
 struct Expect {
     what: &'static str,
     needles: &'static [&'static str],
+    /// Looked for from the agent's start, not from the scenario's: what the agent does
+    /// before any workload (the installed library, probed as it starts).
+    from_agent_start: bool,
 }
 
 /// One demo scenario.
@@ -211,10 +214,12 @@ fn cases() -> Vec<Case> {
             expect_rc: nv::CUDA_SUCCESS,
             agent: &[
                 Expect {
+                    from_agent_start: true,
                     what: "cuInit probes attached to the library",
                     needles: &["cuInit probes attached"],
                 },
                 Expect {
+                    from_agent_start: false,
                     what: "cuInit returned CUDA_SUCCESS",
                     needles: &["cuInit returned", "CUDA_SUCCESS"],
                 },
@@ -230,10 +235,12 @@ fn cases() -> Vec<Case> {
             expect_rc: nv::CUDA_ERROR_NOT_INITIALIZED,
             agent: &[
                 Expect {
+                    from_agent_start: false,
                     what: "driver call failed: UVM_REGISTER_GPU NV_ERR_NO_MEMORY",
                     needles: &["driver call failed", "UVM_REGISTER_GPU", "NV_ERR_NO_MEMORY"],
                 },
                 Expect {
+                    from_agent_start: false,
                     what: "cuInit failed with CUDA_ERROR_NOT_INITIALIZED",
                     needles: &["cuInit failed", "CUDA_ERROR_NOT_INITIALIZED"],
                 },
@@ -252,14 +259,17 @@ fn cases() -> Vec<Case> {
             expect_rc: nv::CUDA_SUCCESS,
             agent: &[
                 Expect {
+                    from_agent_start: false,
                     what: "stall of UVM_REGISTER_GPU (after 2 s)",
                     needles: &["call stalled", "call=UVM_REGISTER_GPU"],
                 },
                 Expect {
+                    from_agent_start: false,
                     what: "stall of cuInit (after 3 s)",
                     needles: &["call stalled", "call=cuInit"],
                 },
                 Expect {
+                    from_agent_start: false,
                     what: "the stalled cuInit returned after the release",
                     needles: &["stalled cuInit returned"],
                 },
@@ -277,6 +287,7 @@ fn cases() -> Vec<Case> {
             hang: false,
             expect_rc: nv::CUDA_ERROR_UNKNOWN,
             agent: &[Expect {
+                from_agent_start: false,
                 what: "device open failed with ENOENT",
                 needles: &["NVIDIA device open failed", "ENOENT"],
             }],
@@ -293,6 +304,7 @@ fn cases() -> Vec<Case> {
             hang: false,
             expect_rc: nv::CUDA_ERROR_UNKNOWN,
             agent: &[Expect {
+                from_agent_start: false,
                 what: "device open failed with EPERM",
                 needles: &["NVIDIA device open failed", "EPERM"],
             }],
@@ -308,6 +320,7 @@ fn cases() -> Vec<Case> {
             expect_rc: nv::CUDA_SUCCESS,
             agent: &[
                 Expect {
+                    from_agent_start: false,
                     what: "cuInit probes attached to /usr/local/nvidia/lib64/libcuda.so.1",
                     needles: &[
                         "cuInit probes attached",
@@ -317,6 +330,7 @@ fn cases() -> Vec<Case> {
                 // Called before the probes were attached: found from its driver calls
                 // (docs/probes.md#late-cuinit), its result unknown unless they tell it.
                 Expect {
+                    from_agent_start: false,
                     what: "cuInit returned (found from its driver calls unless the probes won the race)",
                     needles: &["cuInit returned"],
                 },
@@ -385,7 +399,8 @@ fn run_case(agent: &Agent, artifacts: &Artifacts, host_lib: &Path, case: &Case) 
     let got = out.cuinit_lines().first().map(|l| l.rc);
     let mut agent_missed = Vec::new();
     for e in case.agent {
-        if agent.saw(since, e.needles, Duration::from_secs(2)) {
+        let from = if e.from_agent_start { 0 } else { since };
+        if agent.saw(from, e.needles, Duration::from_secs(2)) {
             println!("demo: agent reported: {}", e.what);
         } else {
             println!("demo: warn: agent did not report: {}", e.what);
