@@ -1,7 +1,7 @@
 //! The floor reference of the overhead benchmark (`agent/benches/overhead.rs`): programs that
 //! do one map operation, a per-CPU counter increment, and nothing else. `uvmwatch
 //! bench-floor` attaches them, through the agent's own loader and its choice of backend, to
-//! every hook the agent attaches (the tracepoints, or the fentry/fexit functions), so that
+//! every hook the agent attaches (the tracepoints and raw tracepoints, or the fentry/fexit functions), so that
 //! what the floor costs is what the mechanism costs (the syscall slow path and the
 //! tracepoint's record, or the trampoline, and the program's call) and the agent's cost above
 //! it is what its programs' bodies add. `uvmwatch run` never loads them: the loader loads
@@ -10,8 +10,8 @@
 //! direction.
 
 use aya_ebpf::{
-    macros::{fentry, fexit, tracepoint},
-    programs::{FEntryContext, FExitContext, TracePointContext},
+    macros::{fentry, fexit, raw_tracepoint, tracepoint},
+    programs::{FEntryContext, FExitContext, RawTracePointContext, TracePointContext},
 };
 
 use crate::maps::FLOOR_HITS;
@@ -29,6 +29,12 @@ fn hit() -> u32 {
 /// On a tracepoint: reads nothing of the record.
 #[tracepoint]
 pub fn floor_tp(_ctx: TracePointContext) -> u32 {
+    hit()
+}
+
+/// On a raw tracepoint: reads none of its arguments.
+#[raw_tracepoint]
+pub fn floor_raw_tp(_ctx: RawTracePointContext) -> u32 {
     hit()
 }
 

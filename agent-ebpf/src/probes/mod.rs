@@ -6,7 +6,8 @@
 //! Each tracepoint reads its record through a `#[repr(C)]` struct whose doc holds the
 //! tracepoint's `format` as `/sys/kernel/tracing/events/<category>/<name>/format` gives it
 //! on 6.18 (the `syscalls:*` records have the same layout on 6.1 and 6.12, where
-//! `cargo xtask vm-test` loads these programs; the `sched:*` differences are said there).
+//! `cargo xtask vm-test` loads these programs). The `sched` programs are raw tracepoints:
+//! their docs hold each one's `TP_PROTO` instead (`sched.rs`).
 
 pub mod context_call;
 pub mod cuinit;

@@ -3,127 +3,41 @@
 //! reports a new image, `sched_process_exit` drops calls in flight (reporting a thread that
 //! died inside one) and, for the last thread, the process.
 //!
-//! Two fields move between kernels, so these programs do not read them through the structs
-//! below: user space reads their offsets from the tracepoints' `format` files at start and
-//! hands them over in `Config` (`fork_child_pid_off`, `exit_group_dead_off`).
+//! They are raw tracepoints: each program gets the tracepoint's `TP_PROTO` arguments
+//! (`include/trace/events/sched.h`) as they are, not a record, and detaching one does not wait
+//! for a grace period (a `sched:*` event attached through perf waits for one, serialised
+//! under the kernel's `event_mutex`, about 80 ms each on 6.18: `docs/probes.md`, stop time).
+//! What moves between kernels comes from BTF in `Config`: `task_struct.pid`
+//! (`task_pid_off`) and whether `sched_process_exit` passes `group_dead`
+//! (`exit_group_dead_arg`).
 
-use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::tracepoint, programs::TracePointContext};
+use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::raw_tracepoint, programs::RawTracePointContext};
 use uvmwatch_common::{
     ProcState, TaskEvent, DIED_IN_CUINIT, DIED_IN_IOCTL, DIED_IN_LATE_CUINIT, EVENT_DIED_IN_CALL,
     EVENT_EXEC, EVENT_FORK, EVENT_PROC_EXIT, LATE_END_EXEC,
 };
 
 use super::cuinit::end_late;
-use super::TraceEntry;
-use crate::helpers::{config, emit, header, ids, maybe_tracked, track, untrack};
+use crate::helpers::{config, emit, header, ids, kread, maybe_tracked, track, untrack};
 use crate::maps::{DEVCOUNT_SENT, INFLIGHT_CUINIT, INFLIGHT_IOCTL, PENDING_OPEN, PROCS};
 
-/// `sched:sched_process_fork`, 6.18:
-///
-/// ```text
-/// name: sched_process_fork
-/// ID: 366
-/// format:
-///   field:unsigned short common_type;  offset:0;  size:2;  signed:0;
-///   field:unsigned char common_flags;  offset:2;  size:1;  signed:0;
-///   field:unsigned char common_preempt_count;  offset:3;  size:1;  signed:0;
-///   field:int common_pid;  offset:4;  size:4;  signed:1;
-///
-///   field:__data_loc char[] parent_comm;  offset:8;  size:4;  signed:0;
-///   field:pid_t parent_pid;  offset:12;  size:4;  signed:1;
-///   field:__data_loc char[] child_comm;  offset:16;  size:4;  signed:0;
-///   field:pid_t child_pid;  offset:20;  size:4;  signed:1;
-///
-/// print fmt: "comm=%s pid=%d child_comm=%s child_pid=%d", ...
-/// ```
-///
-/// 6.1 and 6.12 (`include/trace/events/sched.h` of their Debian headers) keep the comms as
-/// `char[16]` arrays instead: `parent_comm` @8, `parent_pid` @24, `child_comm` @28,
-/// `child_pid` @44. So `child_pid` is read at `Config::fork_child_pid_off` (user space falls
-/// back to 44 when the `format` cannot be read), not through this struct.
-#[repr(C)]
-#[allow(dead_code)] // the 6.18 layout, for reference; see above
-struct SchedProcessForkArgs {
-    entry: TraceEntry,
-    parent_comm: u32,
-    parent_pid: i32,
-    child_comm: u32,
-    child_pid: i32,
-}
-
-/// `sched:sched_process_exec`, 6.18 (the same fields since long before 6.1):
-///
-/// ```text
-/// name: sched_process_exec
-/// ID: 365
-/// format:
-///   field:unsigned short common_type;  offset:0;  size:2;  signed:0;
-///   field:unsigned char common_flags;  offset:2;  size:1;  signed:0;
-///   field:unsigned char common_preempt_count;  offset:3;  size:1;  signed:0;
-///   field:int common_pid;  offset:4;  size:4;  signed:1;
-///
-///   field:__data_loc char[] filename;  offset:8;  size:4;  signed:0;
-///   field:pid_t pid;  offset:12;  size:4;  signed:1;
-///   field:pid_t old_pid;  offset:16;  size:4;  signed:1;
-///
-/// print fmt: "filename=%s pid=%d old_pid=%d", ...
-/// ```
-///
-/// The program needs none of it: the new image is the current task's.
-#[repr(C)]
-#[allow(dead_code)] // the layout, for reference; see above
-struct SchedProcessExecArgs {
-    entry: TraceEntry,
-    filename: u32,
-    pid: i32,
-    old_pid: i32,
-}
-
-/// `sched:sched_process_exit`, 6.18:
-///
-/// ```text
-/// name: sched_process_exit
-/// ID: 369
-/// format:
-///   field:unsigned short common_type;  offset:0;  size:2;  signed:0;
-///   field:unsigned char common_flags;  offset:2;  size:1;  signed:0;
-///   field:unsigned char common_preempt_count;  offset:3;  size:1;  signed:0;
-///   field:int common_pid;  offset:4;  size:4;  signed:1;
-///
-///   field:char comm[16];  offset:8;  size:16;  signed:0;
-///   field:pid_t pid;  offset:24;  size:4;  signed:1;
-///   field:int prio;  offset:28;  size:4;  signed:1;
-///   field:bool group_dead;  offset:32;  size:1;  signed:0;
-///
-/// print fmt: "comm=%s pid=%d prio=%d group_dead=%s", ...
-/// ```
-///
-/// 6.1 and 6.12 have no `group_dead` (the record ends after `prio`). So it is read at
-/// `Config::exit_group_dead_off` when user space found it in the `format` (0 otherwise: then
-/// the exit of the thread whose tid is the tgid counts as the process's), not through this
-/// struct.
-#[repr(C)]
-#[allow(dead_code)] // the 6.18 layout, for reference; see above
-struct SchedProcessExitArgs {
-    entry: TraceEntry,
-    comm: [u8; 16],
-    pid: i32,
-    prio: i32,
-    group_dead: u8,
-}
-
-/// `sched:sched_process_fork` ([`SchedProcessForkArgs`]), in the parent.
-#[tracepoint]
-pub fn sched_fork(ctx: TracePointContext) -> u32 {
+/// `sched_process_fork`, `TP_PROTO(struct task_struct *parent, struct task_struct *child)`,
+/// in the parent.
+#[raw_tracepoint(tracepoint = "sched_process_fork")]
+pub fn sched_fork(ctx: RawTracePointContext) -> u32 {
     let _ = try_fork(&ctx);
     0
 }
 
-fn try_fork(ctx: &TracePointContext) -> Option<()> {
+fn try_fork(ctx: &RawTracePointContext) -> Option<()> {
     let cfg = config()?;
     let (tgid, tid) = ids();
     unsafe { PROCS.get(&tgid) }?;
-    let child: i32 = unsafe { ctx.read_at(cfg.fork_child_pid_off as usize) }.ok()?;
+    if cfg.task_pid_off == 0 {
+        return None;
+    }
+    let child_task: u64 = ctx.arg(1);
+    let child: i32 = kread(child_task + cfg.task_pid_off as u64)?;
     if child <= 0 {
         return None;
     }
@@ -153,11 +67,12 @@ fn try_fork(ctx: &TracePointContext) -> Option<()> {
     Some(())
 }
 
-/// `sched:sched_process_exec` ([`SchedProcessExecArgs`]), in the new image of a process in
-/// `PROCS`: it is no longer a copy of its parent (its close-on-exec fds are gone from its fd
-/// table, so nothing identifies them).
-#[tracepoint]
-pub fn sched_exec(_ctx: TracePointContext) -> u32 {
+/// `sched_process_exec`, `TP_PROTO(struct task_struct *p, pid_t old_pid, struct linux_binprm
+/// *bprm)`, in the new image of a process in `PROCS`: it is no longer a copy of its parent
+/// (its close-on-exec fds are gone from its fd table, so nothing identifies them). It needs
+/// none of the arguments: the new image is the current task's.
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn sched_exec(_ctx: RawTracePointContext) -> u32 {
     let (tgid, tid) = ids();
     if let Some(p) = PROCS.get_ptr_mut(&tgid) {
         let now = unsafe { bpf_ktime_get_ns() };
@@ -176,16 +91,17 @@ pub fn sched_exec(_ctx: TracePointContext) -> u32 {
     0
 }
 
-/// `sched:sched_process_exit` ([`SchedProcessExitArgs`]), for every exiting thread: drops
-/// calls in flight (so a thread that dies mid-call leaves no phantom stall) and, for the last
-/// thread, the process state.
-#[tracepoint]
-pub fn sched_exit(ctx: TracePointContext) -> u32 {
+/// `sched_process_exit`, `TP_PROTO(struct task_struct *p, bool group_dead)` (6.18; before the
+/// kernel added `group_dead`, 6.1 and 6.12 among them, `TP_PROTO(struct task_struct *p)`),
+/// for every exiting thread: drops calls in flight (so a thread that dies mid-call leaves no
+/// phantom stall) and, for the last thread, the process state.
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn sched_exit(ctx: RawTracePointContext) -> u32 {
     let _ = try_exit(&ctx);
     0
 }
 
-fn try_exit(ctx: &TracePointContext) -> Option<()> {
+fn try_exit(ctx: &RawTracePointContext) -> Option<()> {
     let cfg = config()?;
     let (tgid, tid) = ids();
     let now = unsafe { bpf_ktime_get_ns() };
@@ -221,8 +137,10 @@ fn try_exit(ctx: &TracePointContext) -> Option<()> {
             untrack(tid);
         }
     }
-    let group_dead = if cfg.exit_group_dead_off != 0 {
-        unsafe { ctx.read_at::<u8>(cfg.exit_group_dead_off as usize) }.unwrap_or(0) != 0
+    // Without the argument, the exit of the thread whose tid is the tgid counts as the
+    // process's.
+    let group_dead = if cfg.exit_group_dead_arg != 0 {
+        ctx.arg::<u64>(1) != 0
     } else {
         tid == tgid
     };

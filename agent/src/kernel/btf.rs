@@ -271,6 +271,28 @@ pub fn fentry_offsets(btf: &Btf) -> Result<FentryOffsets> {
     })
 }
 
+/// What the `sched` raw tracepoints (`agent-ebpf/src/probes/sched.rs`) need of the kernel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SchedOffsets {
+    /// `task_struct.pid` (`include/linux/sched.h`): the child's tid, read in
+    /// `sched_process_fork`.
+    pub task_pid: u32,
+    /// `sched_process_exit` passes `group_dead` as its second argument: its record struct
+    /// `trace_event_raw_sched_process_exit` has the member (both come from one `TRACE_EVENT`
+    /// in `include/trace/events/sched.h`; 6.18 has it, 6.1 and 6.12 do not).
+    pub exit_group_dead: bool,
+}
+
+/// [`SchedOffsets`] from `btf`. An error (no `task_struct.pid`) leaves forks unfollowed.
+pub fn sched_offsets(btf: &Btf) -> Result<SchedOffsets> {
+    Ok(SchedOffsets {
+        task_pid: btf.member_offset("task_struct", "pid")?,
+        exit_group_dead: btf
+            .member_offset("trace_event_raw_sched_process_exit", "group_dead")
+            .is_ok(),
+    })
+}
+
 /// [`file_offsets`] of the running kernel.
 pub fn running_kernel_offsets() -> Result<FileOffsets> {
     file_offsets(&running_kernel()?)
@@ -385,5 +407,17 @@ mod tests {
         assert_eq!(o.mount_mountpoint, 24, "{o:?}");
         assert_eq!(o.mount_mnt, 32, "{o:?}");
         assert!(o.inode_rdev > o.inode_mode, "{o:?}");
+        let s = sched_offsets(&b).unwrap();
+        assert!(s.task_pid > 0 && s.task_pid < 16384, "{s:?}");
+        // `pid_t pid; pid_t tgid;` (include/linux/sched.h)
+        assert_eq!(b.member_offset("task_struct", "tgid").unwrap(), s.task_pid + 4);
+        // Whether the raw tracepoint passes `group_dead` is read from BTF; tracefs says it
+        // too, in the event's record format, where tracefs is mounted.
+        let format = super::super::tracefs::find().and_then(|t| {
+            std::fs::read_to_string(t.join("events/sched/sched_process_exit/format")).ok()
+        });
+        if let Some(f) = format {
+            assert_eq!(s.exit_group_dead, f.contains("group_dead"), "{f}");
+        }
     }
 }

@@ -7,7 +7,7 @@ use std::collections::HashMap as StdHashMap;
 
 use anyhow::{anyhow, Context, Result};
 use aya::{
-    programs::{KProbe, TracePoint, UProbe},
+    programs::{KProbe, RawTracePoint, TracePoint, UProbe},
     Ebpf, EbpfLoader,
 };
 use uvmwatch_common::Config;
@@ -263,6 +263,10 @@ fn load_one(bpf: &mut Ebpf, spec: &ProbeSpec) -> Result<()> {
     match spec.attach {
         Attach::Tracepoint { .. } => {
             let p: &mut TracePoint = prog.try_into()?;
+            p.load()?;
+        }
+        Attach::RawTracepoint { .. } => {
+            let p: &mut RawTracePoint = prog.try_into()?;
             p.load()?;
         }
         Attach::Uprobe { .. } => {

@@ -15,6 +15,13 @@ pub enum Attach {
         category: &'static str,
         name: &'static str,
     },
+    /// A raw tracepoint `name` (BPF_RAW_TRACEPOINT_OPEN, Linux 4.17+; no tracefs): the
+    /// program gets the tracepoint's `TP_PROTO` arguments, and detaching it waits for no
+    /// grace period. `category` names the tracefs event it is, for the label.
+    RawTracepoint {
+        category: &'static str,
+        name: &'static str,
+    },
     /// A uprobe (or uretprobe when `ret`) on `symbol` in every libcuda found (needs the
     /// `uprobe` perf PMU, `CONFIG_UPROBE_EVENTS`).
     Uprobe { symbol: &'static str, ret: bool },
@@ -34,10 +41,12 @@ pub enum Attach {
 }
 
 impl Attach {
-    /// `tracepoint`, `uprobe`, `uretprobe`, `kprobe`, `kretprobe`, `fentry` or `fexit`.
+    /// `tracepoint`, `raw_tracepoint`, `uprobe`, `uretprobe`, `kprobe`, `kretprobe`,
+    /// `fentry` or `fexit`.
     pub fn kind(&self) -> &'static str {
         match self {
             Attach::Tracepoint { .. } => "tracepoint",
+            Attach::RawTracepoint { .. } => "raw_tracepoint",
             Attach::Fentry { ret: false, .. } => "fentry",
             Attach::Fentry { ret: true, .. } => "fexit",
             Attach::Uprobe { ret: false, .. } => "uprobe",
@@ -167,6 +176,9 @@ pub fn all() -> Vec<ProbeSpec> {
 /// names it, so `uvmwatch run` never loads it.
 pub const FLOOR_PROGRAM: &str = "floor_tp";
 
+/// [`FLOOR_PROGRAM`]'s counterpart on a raw tracepoint.
+pub const FLOOR_RAW_PROGRAM: &str = "floor_raw_tp";
+
 /// The floor program standing in for an fentry/fexit program of the agent's (one per
 /// function and direction: a trampoline program is loaded for one function).
 fn floor_trampoline(program: &str) -> Option<&'static str> {
@@ -180,8 +192,8 @@ fn floor_trampoline(program: &str) -> Option<&'static str> {
     })
 }
 
-/// The floor reference's probes (`uvmwatch bench-floor`): every tracepoint and fentry/fexit
-/// probe of [`REGISTRY`], with its label, attach point and backend, running a floor program
+/// The floor reference's probes (`uvmwatch bench-floor`): every tracepoint, raw tracepoint
+/// and fentry/fexit probe of [`REGISTRY`], with its label, attach point and backend, running a floor program
 /// (one map operation) instead of the agent's. The loader picks the backend for the floor as
 /// it does for the agent.
 pub fn floor() -> Vec<ProbeSpec> {
@@ -190,6 +202,7 @@ pub fn floor() -> Vec<ProbeSpec> {
         .filter_map(|p| {
             let program = match p.attach {
                 Attach::Tracepoint { .. } => FLOOR_PROGRAM,
+                Attach::RawTracepoint { .. } => FLOOR_RAW_PROGRAM,
                 Attach::Fentry { .. } => floor_trampoline(p.program)?,
                 _ => return None,
             };
@@ -310,6 +323,25 @@ const fn tp(
         } else {
             None
         },
+    }
+}
+
+/// A raw tracepoint of both backends.
+const fn raw_tp(
+    label: &'static str,
+    program: &'static str,
+    category: &'static str,
+    name: &'static str,
+    need: Need,
+    purpose: &'static str,
+) -> ProbeSpec {
+    ProbeSpec {
+        label,
+        program,
+        attach: Attach::RawTracepoint { category, name },
+        required: need.is_required(),
+        purpose,
+        backend: None,
     }
 }
 
@@ -442,7 +474,7 @@ pub const REGISTRY: &[ProbeSpec] = &[
         Need::Required,
         "driver call latency, errno and rmStatus",
     ),
-    tp(
+    raw_tp(
         "sched:sched_process_fork",
         "sched_fork",
         "sched",
@@ -450,7 +482,7 @@ pub const REGISTRY: &[ProbeSpec] = &[
         Need::Optional,
         "children of NVIDIA processes followed across fork",
     ),
-    tp(
+    raw_tp(
         "sched:sched_process_exec",
         "sched_exec",
         "sched",
@@ -458,7 +490,7 @@ pub const REGISTRY: &[ProbeSpec] = &[
         Need::Optional,
         "new images (a forked child that exec'ed is no longer its parent's copy)",
     ),
-    tp(
+    raw_tp(
         "sched:sched_process_exit",
         "sched_exit",
         "sched",
@@ -989,7 +1021,14 @@ mod tests {
         let floor = floor();
         let hooks: Vec<(Attach, Option<Backend>)> = REGISTRY
             .iter()
-            .filter(|p| matches!(p.attach, Attach::Tracepoint { .. } | Attach::Fentry { .. }))
+            .filter(|p| {
+                matches!(
+                    p.attach,
+                    Attach::Tracepoint { .. }
+                        | Attach::RawTracepoint { .. }
+                        | Attach::Fentry { .. }
+                )
+            })
             .map(|p| (p.attach, p.backend))
             .collect();
         assert_eq!(

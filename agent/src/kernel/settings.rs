@@ -1,13 +1,13 @@
 //! The maps the programs read their settings from, written by user space: `CONFIG` (the
-//! thresholds, struct offsets from BTF, tracepoint field offsets, `nvidia-uvm`'s major),
-//! `CMDS` (where each driver call's status sits at the running release's layout) and
+//! thresholds, struct offsets and the `sched` tracepoints' arguments from BTF, `nvidia-uvm`'s
+//! major), `CMDS` (where each driver call's status sits at the running release's layout) and
 //! `NAMED_CMDS` (the requests user space has names for).
 
 use anyhow::{anyhow, Context, Result};
 use aya::maps::{Array, HashMap, MapData};
 use uvmwatch_common::{CmdInfo, CmdKey, Config};
 
-use super::{btf, registry::Attach, tracefs, Kernel, KernelSettings};
+use super::{btf, registry::Attach, Kernel, KernelSettings};
 use crate::decode::layouts::Layout;
 
 /// `nvidia-uvm`'s character major as `/proc/devices` lists it now (`None` while it is not
@@ -94,17 +94,6 @@ impl Kernel {
     }
 
     pub(super) fn write_config(&mut self, s: &KernelSettings) -> Result<()> {
-        let (fork_off, exit_off) = match &self.tracefs {
-            Some(t) => (
-                tracefs::field_offset(t, "sched", "sched_process_fork", "child_pid")
-                    .ok()
-                    .flatten(),
-                tracefs::field_offset(t, "sched", "sched_process_exit", "group_dead")
-                    .ok()
-                    .flatten(),
-            ),
-            None => (None, None),
-        };
         let btf = btf::running_kernel();
         let files = match btf
             .as_ref()
@@ -117,6 +106,14 @@ impl Kernel {
                 Default::default()
             }
         };
+        let sched = btf
+            .as_ref()
+            .map_err(|e| anyhow!("{e:#}"))
+            .and_then(btf::sched_offsets);
+        if let Err(e) = &sched {
+            tracing::warn!(error = %format!("{e:#}"), "no task_struct.pid offset from the kernel's BTF: children of NVIDIA processes are not followed across fork");
+        }
+        let sched = sched.unwrap_or_default();
         // Missing, these only keep the fentry backend off (`choose_backend` says why).
         let fentry = btf
             .as_ref()
@@ -139,8 +136,8 @@ impl Kernel {
         let cfg = Config {
             slow_ioctl_ns: s.slow_ioctl_ns,
             agent_tgid: std::process::id(),
-            fork_child_pid_off: fork_off.unwrap_or(44),
-            exit_group_dead_off: exit_off.unwrap_or(0),
+            task_pid_off: sched.task_pid,
+            exit_group_dead_arg: sched.exit_group_dead as u32,
             ready: 1,
             failure_events_per_second: s.failure_events_per_second,
             uvm_major: uvm_major().unwrap_or(0),
@@ -148,9 +145,6 @@ impl Kernel {
             files,
             fentry,
         };
-        if fork_off.is_none() {
-            tracing::warn!("sched_process_fork format not readable; assuming child_pid at 44");
-        }
         self.set_config(cfg)
     }
 
