@@ -326,7 +326,7 @@ const fn tp(
     }
 }
 
-/// A raw tracepoint of both backends.
+/// A raw tracepoint: [`tp`]'s entry attached by name, on both backends.
 const fn raw_tp(
     label: &'static str,
     program: &'static str,
@@ -336,12 +336,9 @@ const fn raw_tp(
     purpose: &'static str,
 ) -> ProbeSpec {
     ProbeSpec {
-        label,
-        program,
         attach: Attach::RawTracepoint { category, name },
-        required: need.is_required(),
-        purpose,
         backend: None,
+        ..tp(label, program, category, name, need, purpose)
     }
 }
 
