@@ -410,7 +410,10 @@ mod tests {
         let s = sched_offsets(&b).unwrap();
         assert!(s.task_pid > 0 && s.task_pid < 16384, "{s:?}");
         // `pid_t pid; pid_t tgid;` (include/linux/sched.h)
-        assert_eq!(b.member_offset("task_struct", "tgid").unwrap(), s.task_pid + 4);
+        assert_eq!(
+            b.member_offset("task_struct", "tgid").unwrap(),
+            s.task_pid + 4
+        );
         // Whether the raw tracepoint passes `group_dead` is read from BTF; tracefs says it
         // too, in the event's record format, where tracefs is mounted.
         let format = super::super::tracefs::find().and_then(|t| {
