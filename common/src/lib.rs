@@ -465,9 +465,6 @@ pub struct Config {
     /// `task_struct.pid` (from BTF), which `sched_process_fork` reads of the child; 0 when
     /// unknown (children are then not followed).
     pub task_pid_off: u32,
-    /// 1 when `sched_process_exit` passes `group_dead` as its second argument (BTF's
-    /// `trace_event_raw_sched_process_exit` has the member: 6.18 does, 6.1 and 6.12 do not).
-    pub exit_group_dead_arg: u32,
     /// 1 once user space has filled the config (programs do nothing before).
     pub ready: u32,
     /// Failure records (failed calls and opens outside `cuInit`) one process may send per

@@ -132,6 +132,12 @@ test_registry_attach() {
 	_u=$(sed -n 's/^not attached: \([0-9]*\) of .*/\1/p' "$_tab")
 	note "$_n attached, ${_u:-0} not attached"
 	check "cuInit uprobe not attached" grep -q "^uprobe:cuInit .* attached" "$_tab"
+	# The three sched raw tracepoints, on both backends: on these kernels sched_process_exit
+	# has no group_dead argument, and a program reading one is refused at attach.
+	for _tp in sched_process_fork sched_process_exec sched_process_exit; do
+		check "sched:$_tp not attached (its reason in the probes| lines)" \
+			grep -qE "^sched:$_tp +raw_tracepoint +no +attached" "$_tab"
+	done
 	# Every kprobe and kretprobe of the registry attaches (a row each), except those on
 	# functions this module does not have, which must be listed, both probes, under a reason
 	# saying why.

@@ -7,9 +7,8 @@
 //! (`include/trace/events/sched.h`) as they are, not a record, and detaching one does not wait
 //! for a grace period (a `sched:*` event attached through perf waits for one, serialised
 //! under the kernel's `event_mutex`, about 80 ms each on 6.18: `docs/probes.md`, stop time).
-//! What moves between kernels comes from BTF in `Config`: `task_struct.pid`
-//! (`task_pid_off`) and whether `sched_process_exit` passes `group_dead`
-//! (`exit_group_dead_arg`).
+//! What moves between kernels comes from BTF: `task_struct.pid` (`Config::task_pid_off`),
+//! and whether `sched_process_exit` passes `group_dead`, which picks its program.
 
 use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::raw_tracepoint, programs::RawTracePointContext};
 use uvmwatch_common::{
@@ -91,18 +90,29 @@ pub fn sched_exec(_ctx: RawTracePointContext) -> u32 {
     0
 }
 
-/// `sched_process_exit`, `TP_PROTO(struct task_struct *p, bool group_dead)` (6.18; before the
-/// kernel added `group_dead`, 6.1 and 6.12 among them, `TP_PROTO(struct task_struct *p)`),
-/// for every exiting thread: drops calls in flight (so a thread that dies mid-call leaves no
-/// phantom stall) and, for the last thread, the process state.
+/// `sched_process_exit`, `TP_PROTO(struct task_struct *p)` (6.1, 6.12: before the kernel
+/// added `group_dead`), for every exiting thread: drops calls in flight (so a thread that dies
+/// mid-call leaves no phantom stall) and, for the last thread, the process state. Without the
+/// argument, the exit of the thread whose tid is the tgid counts as the process's.
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
-pub fn sched_exit(ctx: RawTracePointContext) -> u32 {
-    let _ = try_exit(&ctx);
+pub fn sched_exit(_ctx: RawTracePointContext) -> u32 {
+    let _ = try_exit(None);
     0
 }
 
-fn try_exit(ctx: &RawTracePointContext) -> Option<()> {
-    let cfg = config()?;
+/// [`sched_exit`] where the tracepoint is `TP_PROTO(struct task_struct *p, bool group_dead)`
+/// (6.18). A program of its own: the kernel refuses to attach a raw tracepoint program that
+/// may read past the tracepoint's arguments (`max_ctx_offset` in `__bpf_probe_register`,
+/// kernel/trace/bpf_trace.c), even behind a branch never taken. User space loads the one
+/// that fits the kernel's BTF.
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn sched_exit_group_dead(ctx: RawTracePointContext) -> u32 {
+    let _ = try_exit(Some(ctx.arg::<u64>(1) != 0));
+    0
+}
+
+fn try_exit(group_dead: Option<bool>) -> Option<()> {
+    config()?;
     let (tgid, tid) = ids();
     let now = unsafe { bpf_ktime_get_ns() };
     let _ = PENDING_OPEN.remove(&tid);
@@ -137,13 +147,7 @@ fn try_exit(ctx: &RawTracePointContext) -> Option<()> {
             untrack(tid);
         }
     }
-    // Without the argument, the exit of the thread whose tid is the tgid counts as the
-    // process's.
-    let group_dead = if cfg.exit_group_dead_arg != 0 {
-        ctx.arg::<u64>(1) != 0
-    } else {
-        tid == tgid
-    };
+    let group_dead = group_dead.unwrap_or(tid == tgid);
     if group_dead {
         let _ = DEVCOUNT_SENT.remove(&tgid);
     }

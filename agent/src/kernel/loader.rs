@@ -189,7 +189,8 @@ impl Kernel {
         };
         k.load_layout(settings.layout)?;
         k.load_named_cmds()?;
-        k.write_config(settings)?;
+        let sched = k.write_config(settings)?;
+        k.fit_sched_probes(sched);
         k.choose_backend(settings.backend);
         k.load_programs();
         k.load_multi_uprobes();

@@ -176,6 +176,11 @@ pub fn all() -> Vec<ProbeSpec> {
 /// names it, so `uvmwatch run` never loads it.
 pub const FLOOR_PROGRAM: &str = "floor_tp";
 
+/// The program of `sched:sched_process_exit` where the tracepoint passes `group_dead`
+/// (6.18; `sched_exit`, the registry's, elsewhere: `agent-ebpf/src/probes/sched.rs` says why
+/// two). Chosen by `Kernel::fit_sched_probes` from the kernel's BTF.
+pub const EXIT_GROUP_DEAD_PROGRAM: &str = "sched_exit_group_dead";
+
 /// [`FLOOR_PROGRAM`]'s counterpart on a raw tracepoint.
 pub const FLOOR_RAW_PROGRAM: &str = "floor_raw_tp";
 
@@ -216,7 +221,7 @@ pub fn floor() -> Vec<ProbeSpec> {
 }
 
 /// How the syscalls the agent needs (opens and ioctls) are hooked. Every other probe (the
-/// `sched` tracepoints, uprobes, kprobes) is the same on both.
+/// `sched` raw tracepoints, uprobes, kprobes) is the same on both.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     /// fentry/fexit on the kernel functions (`__x64_sys_ioctl`, `do_filp_open`,

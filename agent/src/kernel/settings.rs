@@ -93,7 +93,9 @@ impl Kernel {
         Ok(())
     }
 
-    pub(super) fn write_config(&mut self, s: &KernelSettings) -> Result<()> {
+    /// Writes `CONFIG`; returns what the `sched` raw tracepoints need of the kernel's BTF
+    /// (default where it cannot be read), for [`Kernel::fit_sched_probes`].
+    pub(super) fn write_config(&mut self, s: &KernelSettings) -> Result<btf::SchedOffsets> {
         let btf = btf::running_kernel();
         let files = match btf
             .as_ref()
@@ -113,7 +115,7 @@ impl Kernel {
         if let Err(e) = &sched {
             tracing::warn!(error = %format!("{e:#}"), "no task_struct.pid offset from the kernel's BTF: children of NVIDIA processes are not followed across fork");
         }
-        let sched = sched.unwrap_or_default();
+        let sched: btf::SchedOffsets = sched.unwrap_or_default();
         // Missing, these only keep the fentry backend off (`choose_backend` says why).
         let fentry = btf
             .as_ref()
@@ -137,7 +139,6 @@ impl Kernel {
             slow_ioctl_ns: s.slow_ioctl_ns,
             agent_tgid: std::process::id(),
             task_pid_off: sched.task_pid,
-            exit_group_dead_arg: sched.exit_group_dead as u32,
             ready: 1,
             failure_events_per_second: s.failure_events_per_second,
             uvm_major: uvm_major().unwrap_or(0),
@@ -145,7 +146,8 @@ impl Kernel {
             files,
             fentry,
         };
-        self.set_config(cfg)
+        self.set_config(cfg)?;
+        Ok(sched)
     }
 
     fn set_config(&mut self, cfg: Config) -> Result<()> {

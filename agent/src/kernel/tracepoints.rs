@@ -6,11 +6,35 @@ use anyhow::{anyhow, Result};
 use aya::programs::{RawTracePoint, TracePoint};
 
 use super::{
-    registry::{Attach, ProbeState},
+    btf::SchedOffsets,
+    registry::{Attach, ProbeSpec, ProbeState, EXIT_GROUP_DEAD_PROGRAM},
     tracefs, Kernel,
 };
 
+/// Fits the `sched` raw tracepoints of `specs` to the running kernel, before anything is
+/// loaded: `sched_process_exit` gets the program that reads `group_dead` where the
+/// tracepoint passes it, and `sched_process_fork` is unavailable without `task_struct.pid`
+/// (its program could not read the child's pid).
+fn fit_sched_probes(specs: &mut [ProbeSpec], states: &mut [ProbeState], sched: SchedOffsets) {
+    for (spec, state) in specs.iter_mut().zip(states.iter_mut()) {
+        match spec.program {
+            "sched_exit" if sched.exit_group_dead => spec.program = EXIT_GROUP_DEAD_PROGRAM,
+            "sched_fork" if sched.task_pid == 0 => {
+                *state = ProbeState::Unavailable(
+                    "no task_struct.pid in the kernel's BTF: forks not followed".into(),
+                );
+            }
+            _ => {}
+        }
+    }
+}
+
 impl Kernel {
+    /// [`fit_sched_probes`] on this kernel's probes.
+    pub(super) fn fit_sched_probes(&mut self, sched: SchedOffsets) {
+        fit_sched_probes(&mut self.specs, &mut self.states, sched);
+    }
+
     pub(super) fn attach_tracepoints(&mut self) {
         for i in 0..self.specs.len() {
             let spec = self.specs[i];
@@ -26,8 +50,9 @@ impl Kernel {
                 }
                 _ => continue,
             };
-            if matches!(self.states[i], ProbeState::Unavailable(ref s) if s.starts_with("program rejected"))
-                || matches!(self.states[i], ProbeState::Standby(_))
+            // Only what is still to attach: not a program the verifier rejected, a probe
+            // found unusable before (`fit_sched_probes`) or the other backend's.
+            if !matches!(self.states[i], ProbeState::Unavailable(ref s) if s == "not attached yet")
             {
                 continue;
             }
@@ -67,5 +92,59 @@ impl Kernel {
                 tracing::error!(probe = spec.label, state = %st, "required probe not attached");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::registry;
+
+    fn fitted(sched: SchedOffsets) -> Vec<(&'static str, &'static str, ProbeState)> {
+        let mut specs = registry::all();
+        let mut states = vec![ProbeState::Unavailable("not attached yet".into()); specs.len()];
+        fit_sched_probes(&mut specs, &mut states, sched);
+        specs
+            .iter()
+            .zip(states)
+            .filter(|(s, _)| s.label.starts_with("sched:"))
+            .map(|(s, st)| (s.label, s.program, st))
+            .collect()
+    }
+
+    #[test]
+    fn the_exit_program_fits_the_tracepoints_arguments_and_fork_needs_the_pid_offset() {
+        let pending = || ProbeState::Unavailable("not attached yet".into());
+        // 6.1 and 6.12: `sched_process_exit(p)`.
+        let old = fitted(SchedOffsets {
+            task_pid: 1234,
+            exit_group_dead: false,
+        });
+        assert_eq!(
+            old,
+            [
+                ("sched:sched_process_fork", "sched_fork", pending()),
+                ("sched:sched_process_exec", "sched_exec", pending()),
+                ("sched:sched_process_exit", "sched_exit", pending()),
+            ]
+        );
+        // 6.18: `sched_process_exit(p, group_dead)`; no BTF for the pid.
+        let new = fitted(SchedOffsets {
+            task_pid: 0,
+            exit_group_dead: true,
+        });
+        assert_eq!(new[2].1, EXIT_GROUP_DEAD_PROGRAM);
+        assert!(
+            matches!(&new[0].2, ProbeState::Unavailable(s) if s.contains("task_struct.pid")),
+            "{:?}",
+            new[0]
+        );
+        assert_eq!(new[1].2, pending());
+        // The floor's programs read no argument: nothing to fit.
+        let mut floor = registry::floor();
+        let mut states = vec![pending(); floor.len()];
+        fit_sched_probes(&mut floor, &mut states, SchedOffsets::default());
+        assert!(floor.iter().all(|s| s.program.starts_with("floor_")));
+        assert!(states.iter().all(|s| *s == pending()));
     }
 }
