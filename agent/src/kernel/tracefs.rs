@@ -66,3 +66,76 @@ pub fn ensure_mounted() -> Result<PathBuf> {
 pub fn has_event(tracefs: &Path, category: &str, name: &str) -> bool {
     tracefs.join("events").join(category).join(name).is_dir()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `(name, field lines)` of every record format quoted in `text`: a doc block from a
+    /// `/// name: <event>` line to the end of its fence, the `field:` lines with their
+    /// whitespace collapsed.
+    fn quoted_formats(text: &str) -> Vec<(String, Vec<String>)> {
+        let mut out: Vec<(String, Vec<String>)> = Vec::new();
+        let mut open = false;
+        for line in text.lines() {
+            let Some(doc) = line.trim().strip_prefix("///") else {
+                open = false;
+                continue;
+            };
+            let doc = doc.trim();
+            if let Some(name) = doc.strip_prefix("name: ") {
+                out.push((name.to_string(), Vec::new()));
+                open = true;
+            } else if doc.starts_with("```") {
+                open = false;
+            } else if open && doc.starts_with("field:") {
+                let fields = &mut out.last_mut().expect("opened by a name line").1;
+                fields.push(doc.split_whitespace().collect::<Vec<_>>().join(" "));
+            }
+        }
+        out
+    }
+
+    /// The `syscalls:*` records the programs read through `#[repr(C)]` structs are laid out
+    /// as the formats quoted above those structs say (the structs were written from them):
+    /// each quote is checked against this kernel's tracefs.
+    #[test]
+    fn the_quoted_syscall_formats_are_this_kernels() {
+        let Some(t) = find() else {
+            uvmwatch_testbed::skip(
+                "the_quoted_syscall_formats_are_this_kernels",
+                "tracefs not mounted",
+            );
+            return;
+        };
+        let probes = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent-ebpf/src/probes");
+        let mut checked = Vec::new();
+        for file in ["ioctl.rs", "open.rs", "mod.rs"] {
+            let text = std::fs::read_to_string(probes.join(file)).unwrap();
+            for (name, quoted) in quoted_formats(&text) {
+                let live =
+                    std::fs::read_to_string(t.join("events/syscalls").join(&name).join("format"))
+                        .unwrap_or_else(|e| panic!("{name}: {e}"));
+                let live: Vec<String> = live
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| l.starts_with("field:"))
+                    .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+                    .collect();
+                assert_eq!(quoted, live, "{file}: {name}");
+                checked.push(name);
+            }
+        }
+        checked.sort();
+        assert_eq!(
+            checked,
+            [
+                "sys_enter_ioctl",
+                "sys_enter_open",
+                "sys_enter_openat",
+                "sys_enter_openat2",
+                "sys_exit_openat"
+            ]
+        );
+    }
+}
