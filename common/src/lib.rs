@@ -1122,7 +1122,7 @@ mod tests {
         assert_eq!(size_of::<IoctlKey>(), 12);
         assert_eq!(size_of::<LatencyHist>(), 8 * (HIST_BUCKETS + 2));
         assert_eq!(size_of::<OpenKey>(), 8);
-        assert_eq!(size_of::<Config>(), 152);
+        assert_eq!(size_of::<Config>(), 144);
         assert_eq!(size_of::<FileOffsets>(), 80);
         assert_eq!(size_of::<FentryOffsets>(), 32);
         assert_eq!(size_of::<DevFileKey>(), 16);
