@@ -333,13 +333,26 @@ impl Kernel {
 /// address less its section's, plus the section's offset in the file, as aya resolves a
 /// symbol for a uprobe).
 ///
+/// Only the ELF headers and the symbol and string tables are read, not the whole file: a
+/// real libcuda is about 100 MiB (580.159.04's `libcuda.so.1`), and reading it whole set the
+/// agent's peak memory (`VmHWM` 103.6 MiB on an H200 machine with two of them,
+/// docs/validation/2026-12-04-h200).
+///
 /// # Errors
 /// Unreadable file, or not an ELF.
 pub fn symbol_offsets(path: &Path, names: &[&'static str]) -> Result<Vec<(&'static str, u64)>> {
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    symbol_offsets_in(file, names).with_context(|| format!("reading {}", path.display()))
+}
+
+/// [`symbol_offsets`] of an ELF read from `source`, a range at a time.
+fn symbol_offsets_in(
+    source: impl std::io::Read + std::io::Seek,
+    names: &[&'static str],
+) -> Result<Vec<(&'static str, u64)>> {
     use object::{Object, ObjectSection, ObjectSymbol};
-    let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let file = object::File::parse(&*data)
-        .with_context(|| format!("{} is not an ELF object", path.display()))?;
+    let data = object::ReadCache::new(source);
+    let file = object::File::parse(&data).context("not an ELF object")?;
     let mut found: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
     for sym in file.dynamic_symbols().chain(file.symbols()) {
         if !sym.is_definition() {
@@ -364,4 +377,116 @@ pub fn symbol_offsets(path: &Path, names: &[&'static str]) -> Result<Vec<(&'stat
         .iter()
         .filter_map(|n| found.get(n).map(|&o| (*n, o)))
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::{
+        io::{Read, Seek, SeekFrom},
+        sync::{
+            atomic::{AtomicU64, Ordering},
+            Arc,
+        },
+    };
+
+    /// A small ELF relocatable object with `cuInit` and `cuDeviceGetCount` in its `.text`, at
+    /// 0x10 and 0x30, and the file offset of `.text`.
+    fn elf_with_symbols() -> (Vec<u8>, u64) {
+        use object::write::{Object, Symbol, SymbolSection};
+        use object::{
+            Architecture, BinaryFormat, Endianness, SymbolFlags, SymbolKind, SymbolScope,
+        };
+        let mut obj = Object::new(BinaryFormat::Elf, Architecture::X86_64, Endianness::Little);
+        let text = obj.section_id(object::write::StandardSection::Text);
+        obj.append_section_data(text, &[0x90; 0x40], 16);
+        for (name, value) in [("cuInit", 0x10), ("cuDeviceGetCount", 0x30)] {
+            obj.add_symbol(Symbol {
+                name: name.as_bytes().to_vec(),
+                value,
+                size: 8,
+                kind: SymbolKind::Text,
+                scope: SymbolScope::Dynamic,
+                weak: false,
+                section: SymbolSection::Section(text),
+                flags: SymbolFlags::None,
+            });
+        }
+        let bytes = obj.write().unwrap();
+        let parsed = object::File::parse(&*bytes).unwrap();
+        use object::{Object as _, ObjectSection};
+        let text_offset = parsed
+            .section_by_name(".text")
+            .unwrap()
+            .file_range()
+            .unwrap()
+            .0;
+        (bytes, text_offset)
+    }
+
+    /// `elf` followed by zeros up to `len` bytes (a file as large as a real libcuda, without
+    /// the memory), counting the bytes read from it.
+    struct Padded {
+        elf: Vec<u8>,
+        len: u64,
+        pos: u64,
+        read: Arc<AtomicU64>,
+    }
+
+    impl Read for Padded {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = buf.len().min(self.len.saturating_sub(self.pos) as usize);
+            for (i, b) in buf[..n].iter_mut().enumerate() {
+                *b = self.elf.get(self.pos as usize + i).copied().unwrap_or(0);
+            }
+            self.pos += n as u64;
+            self.read.fetch_add(n as u64, Ordering::Relaxed);
+            Ok(n)
+        }
+    }
+
+    impl Seek for Padded {
+        fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+            self.pos = match to {
+                SeekFrom::Start(p) => p,
+                SeekFrom::End(d) => self.len.saturating_add_signed(d),
+                SeekFrom::Current(d) => self.pos.saturating_add_signed(d),
+            };
+            Ok(self.pos)
+        }
+    }
+
+    #[test]
+    fn symbols_are_found_at_their_file_offsets() {
+        let (elf, text) = elf_with_symbols();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("libcuda.so.1");
+        std::fs::write(&path, &elf).unwrap();
+        let found = symbol_offsets(&path, &["cuDeviceGetCount", "cuCtxCreate", "cuInit"]).unwrap();
+        assert_eq!(
+            found,
+            [("cuDeviceGetCount", text + 0x30), ("cuInit", text + 0x10)]
+        );
+        std::fs::write(&path, b"not an ELF").unwrap();
+        let err = format!("{:#}", symbol_offsets(&path, &["cuInit"]).unwrap_err());
+        assert!(err.contains("not an ELF object"), "{err}");
+    }
+
+    /// A 1 GiB file (a real libcuda is about 100 MiB) is read only where its headers and
+    /// symbols are: the whole file read at once set the agent's peak memory on a GPU machine.
+    #[test]
+    fn a_large_library_is_read_only_where_its_symbols_are() {
+        let (elf, text) = elf_with_symbols();
+        let read = Arc::new(AtomicU64::new(0));
+        let source = Padded {
+            len: 1 << 30,
+            elf,
+            pos: 0,
+            read: read.clone(),
+        };
+        let found = symbol_offsets_in(source, &["cuInit"]).unwrap();
+        assert_eq!(found, [("cuInit", text + 0x10)]);
+        let read = read.load(Ordering::Relaxed);
+        assert!(read < 1 << 20, "{read} bytes read of a 1 GiB file");
+    }
 }
