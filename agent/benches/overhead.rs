@@ -523,6 +523,7 @@ fn main() {
     report(&kernel, &modes, &samples, rounds, iters);
 
     let lib = std::env::var_os("UVMWATCH_BENCH_LIBCUDA")
+        .filter(|v| !v.is_empty())
         .map(std::path::PathBuf::from)
         .or_else(|| testbed.as_ref().map(|t| t.artifacts.libcuda.clone()));
     let Some(lib) = lib else {

@@ -120,9 +120,13 @@ step host-info 60 bash -c host_info >"$OUT/host.txt" 2>&1
 
 step probes 60 ./uvmwatch probes >"$OUT/probes.txt" 2>&1
 # What the agent costs the host here, both backends where the kernel allows them (3 short
-# rounds; agent/benches/overhead.rs, docs/testing.md).
+# rounds; agent/benches/overhead.rs, docs/testing.md), then its lifecycle with 50 copies of
+# this machine's own libcuda (attach time of each new file, stop time, peak memory).
+LIBCUDA=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 .*x86-64/ {print $NF; exit}')
+[ -e "${LIBCUDA:-}" ] || LIBCUDA=$(ls /usr/local/nvidia/lib64/libcuda.so.1 /usr/lib/x86_64-linux-gnu/libcuda.so.1 2>/dev/null | head -1)
 step overhead 150 env UVMWATCH_BENCH_AGENT="$HERE/uvmwatch" UVMWATCH_BENCH_ROUNDS=3 \
-    UVMWATCH_BENCH_ITERS=100000 ./uvmwatch-overhead --bench >>"$OUT/probes.txt" 2>&1
+    UVMWATCH_BENCH_ITERS=100000 UVMWATCH_BENCH_LIBCUDA="${LIBCUDA:-}" UVMWATCH_BENCH_LIBCUDAS=50 \
+    ./uvmwatch-overhead --bench >>"$OUT/probes.txt" 2>&1
 
 WORKLOAD='
 import json, os, time
@@ -198,10 +202,10 @@ fi
 wait "$AGENT"
 note "agent exit status: $?"
 
-# 3. A capture of one more run with every driver call in it (--slow-ioctl 0s: every call
-# counts as slow, so calls outside cuInit are kept too).
+# 3. A capture of one more run with every driver call in it (--slow-ioctl 1ns: every call
+# counts as slow, so calls outside cuInit are kept too; 0 is refused, as for every duration).
 CAPLOG=$(mktemp)
-./uvmwatch --log-format json capture --comm python3 --slow-ioctl 0s --format chrome-json \
+./uvmwatch --log-format json capture --comm python3 --slow-ioctl 1ns --format chrome-json \
     -o "$OUT/capture.json" --duration 100s >"$CAPLOG" 2>&1 &
 CAPTURE=$!
 for _ in $(seq 1 60); do grep -q '"event":"started"' "$CAPLOG" 2>/dev/null && break; sleep 0.5; done

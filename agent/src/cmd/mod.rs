@@ -221,3 +221,37 @@ pub fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `./uvmwatch` command of the device check (`xtask/src/device-check.sh`) parses:
+    /// the script runs only on a GPU machine, where a refused flag costs a whole run (its
+    /// capture's `--slow-ioctl 0s` did, 2026-12-04).
+    #[test]
+    fn the_device_checks_commands_parse() {
+        let script = include_str!("../../../xtask/src/device-check.sh");
+        let joined = script.replace("\\\n", " ");
+        let commands: Vec<Vec<String>> = joined
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("./uvmwatch ") || l.contains(" ./uvmwatch "))
+            .map(|l| {
+                let from = l.find("./uvmwatch ").unwrap();
+                l[from..]
+                    .split_whitespace()
+                    .take_while(|w| !w.starts_with('>') && !w.starts_with("2>") && *w != "&")
+                    .map(|w| w.trim_matches('"').replace("$LISTEN", "127.0.0.1:19400"))
+                    .collect()
+            })
+            .collect();
+        // probes, the agent, the capture.
+        assert!(commands.len() >= 3, "{commands:?}");
+        for c in &commands {
+            if let Err(e) = Cli::try_parse_from(c) {
+                panic!("{c:?}: {e}");
+            }
+        }
+    }
+}
