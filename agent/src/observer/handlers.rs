@@ -288,17 +288,8 @@ impl<K: KernelSide> Observer<K> {
         let h = &e.header;
         let path = cstr(&e.path);
         if e.flags & OPEN_LIBCUDA != 0 {
-            // Loaded before it is probed: a cuInit made at once is found from its driver
-            // calls, and its result may rest on the library's release.
-            if e.flags & OPEN_LIBCUDA_UNPROBED != 0 {
-                if let Some(v) =
-                    self.discovery
-                        .opened_libcuda_version(&self.cfg.proc_root, h.tgid, &path)
-                {
-                    self.calls.loaded_libcuda(h.tgid, v);
-                }
-            }
-            // A library to probe: the event is its attach.
+            // A library to probe: the event is its attach, first, since the process may call
+            // cuInit as soon as the library is loaded.
             match self
                 .discovery
                 .from_opened_path(&self.cfg.proc_root, h.tgid, &path)
@@ -307,8 +298,25 @@ impl<K: KernelSide> Observer<K> {
                 Ok(None) => {}
                 Err(err) => {
                     let error = format!("{err:#}");
-                    let ev = self.bare(h, Kind::LibcudaUnresolved { path, error });
+                    let ev = self.bare(
+                        h,
+                        Kind::LibcudaUnresolved {
+                            path: path.clone(),
+                            error,
+                        },
+                    );
                     self.dispatch(ev);
+                }
+            }
+            // Loaded before it is probed: a cuInit made at once is found from its driver
+            // calls, and its result may rest on the library's release (read from its
+            // content when its name lacks it: after the attach, not before).
+            if e.flags & OPEN_LIBCUDA_UNPROBED != 0 {
+                if let Some(v) =
+                    self.discovery
+                        .opened_libcuda_version(&self.cfg.proc_root, h.tgid, &path)
+                {
+                    self.calls.loaded_libcuda(h.tgid, v);
                 }
             }
             return;

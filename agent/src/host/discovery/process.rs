@@ -207,28 +207,68 @@ pub fn libcuda_version(file_name: &str) -> Option<String> {
 }
 
 /// The driver release of a libcuda file: from its name (`libcuda.so.535.261.03`), else
-/// from its content (a copy named `libcuda.so.1`: [`PROFILES_MARK`]).
+/// from its content (a copy named `libcuda.so.1`: [`PROFILES_MARK`]), read a chunk at a time
+/// (a real libcuda is about 100 MiB: read whole, it set the agent's peak memory).
 pub fn libcuda_file_version(path: &Path) -> Option<String> {
     let name = path.file_name()?.to_str()?;
     if let Some(v) = libcuda_version(name) {
         return Some(v);
     }
-    let bytes = fs::read(path).ok()?;
-    for at in memchr::memmem::find_iter(&bytes, PROFILES_MARK) {
-        let rest = &bytes[at + PROFILES_MARK.len()..];
-        let n = rest
-            .iter()
-            .take(32)
-            .take_while(|b| b.is_ascii_digit() || **b == b'.')
-            .count();
-        if rest[n..].starts_with(b"-rc") {
-            let v = std::str::from_utf8(&rest[..n]).ok()?;
-            if libcuda_version(&format!("libcuda.so.{v}")).is_some() {
-                return Some(v.to_string());
+    content_version(fs::File::open(path).ok()?)
+}
+
+/// How much of a file [`content_version`] reads at a time.
+const CHUNK: usize = 64 * 1024;
+
+/// The release after the first [`PROFILES_MARK`] followed by a release and `-rc` in `r`.
+fn content_version(mut r: impl std::io::Read) -> Option<String> {
+    // A mark, a release of at most 32 characters and "-rc": a mark that starts in the last
+    // KEEP - 1 bytes of a chunk is looked at again with the next.
+    const KEEP: usize = PROFILES_MARK.len() + 32 + 3;
+    let mut buf = vec![0u8; KEEP - 1 + CHUNK];
+    let mut have = 0;
+    loop {
+        let n = loop {
+            match r.read(&mut buf[have..]) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                other => break other.ok()?,
+            }
+        };
+        have += n;
+        let end = n == 0;
+        let complete = if end {
+            have
+        } else {
+            have.saturating_sub(KEEP - 1)
+        };
+        for at in memchr::memmem::find_iter(&buf[..have], PROFILES_MARK) {
+            if at >= complete {
+                break;
+            }
+            if let Some(v) = release_after_mark(&buf[at + PROFILES_MARK.len()..have]) {
+                return Some(v);
             }
         }
+        if end {
+            return None;
+        }
+        buf.copy_within(complete..have, 0);
+        have -= complete;
     }
-    None
+}
+
+/// `535.261.03` from `535.261.03-rc...`: a release of at most 32 digits and dots, then `-rc`.
+fn release_after_mark(rest: &[u8]) -> Option<String> {
+    let n = rest
+        .iter()
+        .take(32)
+        .take_while(|b| b.is_ascii_digit() || **b == b'.')
+        .count();
+    if !rest[n..].starts_with(b"-rc") {
+        return None;
+    }
+    let v = std::str::from_utf8(&rest[..n]).ok()?;
+    libcuda_version(&format!("libcuda.so.{v}")).map(|_| v.to_string())
 }
 
 #[cfg(test)]
@@ -252,6 +292,52 @@ mod tests {
         assert_eq!(libcuda_file_version(&copy).as_deref(), Some("535.261.03"));
         fs::write(&copy, b"nvidia-application-profiles-rc only").unwrap();
         assert_eq!(libcuda_file_version(&copy), None);
+    }
+
+    /// The content is read a chunk at a time: a mark (or its release) across the end of a
+    /// chunk is found, as is one in the last bytes of the file, after a mark without one.
+    #[test]
+    fn the_release_is_found_across_chunks() {
+        let tail = b"nvidia-application-profiles-rc:/x/nvidia-application-profiles-590.48.01-rc";
+        for before in [
+            0,
+            1,
+            CHUNK - 40,
+            CHUNK - 10,
+            CHUNK,
+            CHUNK + 5,
+            3 * CHUNK - 33,
+        ] {
+            let mut bytes = vec![b'x'; before];
+            bytes.extend_from_slice(tail);
+            assert_eq!(
+                content_version(&bytes[..]).as_deref(),
+                Some("590.48.01"),
+                "{before} bytes before"
+            );
+            // Handed over a few bytes at a time, as a pipe would.
+            let slow = std::io::BufReader::with_capacity(7, &bytes[..]);
+            let r = SmallReads(slow);
+            assert_eq!(content_version(r).as_deref(), Some("590.48.01"));
+            bytes.truncate(bytes.len() - 3);
+            assert_eq!(content_version(&bytes[..]), None, "no -rc");
+        }
+    }
+
+    /// A reader that hands out at most 7 bytes per read.
+    struct SmallReads<R>(R);
+
+    impl<R: std::io::BufRead> std::io::Read for SmallReads<R> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = {
+                let have = self.0.fill_buf()?;
+                let n = have.len().min(buf.len());
+                buf[..n].copy_from_slice(&have[..n]);
+                n
+            };
+            self.0.consume(n);
+            Ok(n)
+        }
     }
     use std::io::BufRead;
     use std::os::unix::fs::symlink;
