@@ -216,7 +216,8 @@ impl Kernel {
             .program_mut(program)
             .ok_or_else(|| anyhow!("program {program} missing"))?
             .try_into()?;
-        p.attach(symbol, path, UProbeScope::AllProcesses)
+        // At the offset found already: by symbol, aya would map and parse the file again.
+        p.attach(offset, path, UProbeScope::AllProcesses)
             .map(UprobeLink::Perf)
             .with_context(context)
     }
@@ -351,7 +352,7 @@ fn symbol_offsets_in(
     names: &[&'static str],
 ) -> Result<Vec<(&'static str, u64)>> {
     use object::{Object, ObjectSection, ObjectSymbol};
-    let data = object::ReadCache::new(source);
+    let data = object::ReadCache::new(Blocks::new(source)?);
     let file = object::File::parse(&data).context("not an ELF object")?;
     let mut found: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
     for sym in file.dynamic_symbols().chain(file.symbols()) {
@@ -379,6 +380,82 @@ fn symbol_offsets_in(
         .collect())
 }
 
+/// How much of a libcuda [`Blocks`] reads at a time, and how many such blocks it keeps.
+const BLOCK: usize = 64 * 1024;
+const BLOCKS_KEPT: usize = 16;
+
+/// A file read a [`BLOCK`] at a time, the last [`BLOCKS_KEPT`] kept (1 MiB at most): the
+/// parse of an ELF's symbols reads each name on its own (object's `ReadCache`, 256 bytes a
+/// read, in the string table's order, not the file's), two system calls a symbol, and a real
+/// libcuda exports over a thousand; this turns them into a few reads.
+struct Blocks<R> {
+    inner: R,
+    len: u64,
+    pos: u64,
+    /// Blocks by where they start in the file (a multiple of [`BLOCK`]), the oldest first.
+    kept: std::collections::VecDeque<(u64, Vec<u8>)>,
+}
+
+impl<R: std::io::Read + std::io::Seek> Blocks<R> {
+    fn new(mut inner: R) -> std::io::Result<Self> {
+        let len = inner.seek(std::io::SeekFrom::End(0))?;
+        Ok(Blocks {
+            inner,
+            len,
+            pos: 0,
+            kept: std::collections::VecDeque::with_capacity(BLOCKS_KEPT),
+        })
+    }
+
+    /// The block holding `pos`: where it starts, and its bytes.
+    fn block(&mut self) -> std::io::Result<&(u64, Vec<u8>)> {
+        let start = self.pos - self.pos % BLOCK as u64;
+        if let Some(i) = self.kept.iter().position(|(s, _)| *s == start) {
+            return Ok(&self.kept[i]);
+        }
+        if self.kept.len() == BLOCKS_KEPT {
+            self.kept.pop_front();
+        }
+        self.inner.seek(std::io::SeekFrom::Start(start))?;
+        let mut bytes = Vec::with_capacity(BLOCK);
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(&mut self.inner, BLOCK as u64),
+            &mut bytes,
+        )?;
+        self.kept.push_back((start, bytes));
+        Ok(self.kept.back().expect("just pushed"))
+    }
+}
+
+impl<R: std::io::Read + std::io::Seek> std::io::Read for Blocks<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.pos >= self.len || buf.is_empty() {
+            return Ok(0);
+        }
+        let pos = self.pos;
+        let (start, bytes) = self.block()?;
+        let at = (pos - start) as usize;
+        let n = buf.len().min(bytes.len().saturating_sub(at));
+        buf[..n].copy_from_slice(&bytes[at..at + n]);
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl<R> std::io::Seek for Blocks<R> {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        let pos = match to {
+            std::io::SeekFrom::Start(p) => Some(p),
+            std::io::SeekFrom::End(d) => self.len.checked_add_signed(d),
+            std::io::SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        self.pos = pos.ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "seek before the start")
+        })?;
+        Ok(self.pos)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -390,8 +467,9 @@ mod tests {
         },
     };
 
-    /// A small ELF relocatable object with `cuInit` and `cuDeviceGetCount` in its `.text`, at
-    /// 0x10 and 0x30, and the file offset of `.text`.
+    /// An ELF relocatable object with `cuInit` and `cuDeviceGetCount` in its 150 KiB `.text`,
+    /// at 0x10 and 0x24030, among 5000 other symbols (tables over several [`BLOCK`]s, as a
+    /// real libcuda's are), and the file offset of `.text`.
     fn elf_with_symbols() -> (Vec<u8>, u64) {
         use object::write::{Object, Symbol, SymbolSection};
         use object::{
@@ -399,10 +477,13 @@ mod tests {
         };
         let mut obj = Object::new(BinaryFormat::Elf, Architecture::X86_64, Endianness::Little);
         let text = obj.section_id(object::write::StandardSection::Text);
-        obj.append_section_data(text, &[0x90; 0x40], 16);
-        for (name, value) in [("cuInit", 0x10), ("cuDeviceGetCount", 0x30)] {
+        obj.append_section_data(text, &vec![0x90; 150 * 1024], 16);
+        let others = (0..5000).map(|i| (format!("cuOther{i}"), 0x40 + i));
+        let wanted = [("cuInit", 0x10), ("cuDeviceGetCount", 0x24030)];
+        let all = others.chain(wanted.map(|(n, v)| (n.to_string(), v)));
+        for (name, value) in all {
             obj.add_symbol(Symbol {
-                name: name.as_bytes().to_vec(),
+                name: name.into_bytes(),
                 value,
                 size: 8,
                 kind: SymbolKind::Text,
@@ -465,7 +546,10 @@ mod tests {
         let found = symbol_offsets(&path, &["cuDeviceGetCount", "cuCtxCreate", "cuInit"]).unwrap();
         assert_eq!(
             found,
-            [("cuDeviceGetCount", text + 0x30), ("cuInit", text + 0x10)]
+            [
+                ("cuDeviceGetCount", text + 0x24030),
+                ("cuInit", text + 0x10)
+            ]
         );
         std::fs::write(&path, b"not an ELF").unwrap();
         let err = format!("{:#}", symbol_offsets(&path, &["cuInit"]).unwrap_err());
