@@ -288,8 +288,16 @@ impl<K: KernelSide> Observer<K> {
         let h = &e.header;
         let path = cstr(&e.path);
         if e.flags & OPEN_LIBCUDA != 0 {
-            // A library to probe: the event is its attach, first, since the process may call
-            // cuInit as soon as the library is loaded.
+            // Loaded before it is probed: a cuInit made at once is found from its driver
+            // calls, and its result may rest on the library's release, read from its content
+            // when its name lacks it: opened now, while the process runs, read after the
+            // attach, which comes first since the process may call cuInit at once.
+            let unprobed = if e.flags & OPEN_LIBCUDA_UNPROBED != 0 {
+                self.discovery
+                    .open_opened_libcuda(&self.cfg.proc_root, h.tgid, &path)
+            } else {
+                None
+            };
             match self
                 .discovery
                 .from_opened_path(&self.cfg.proc_root, h.tgid, &path)
@@ -308,16 +316,8 @@ impl<K: KernelSide> Observer<K> {
                     self.dispatch(ev);
                 }
             }
-            // Loaded before it is probed: a cuInit made at once is found from its driver
-            // calls, and its result may rest on the library's release (read from its
-            // content when its name lacks it: after the attach, not before).
-            if e.flags & OPEN_LIBCUDA_UNPROBED != 0 {
-                if let Some(v) =
-                    self.discovery
-                        .opened_libcuda_version(&self.cfg.proc_root, h.tgid, &path)
-                {
-                    self.calls.loaded_libcuda(h.tgid, v);
-                }
+            if let Some(v) = unprobed.and_then(|f| self.discovery.opened_libcuda_version(f)) {
+                self.calls.loaded_libcuda(h.tgid, v);
             }
             return;
         }

@@ -119,6 +119,14 @@ pub struct Discovery {
     versions: std::collections::HashMap<(u64, u64), Option<String>>,
 }
 
+/// A libcuda file a process opened, open here too ([`Discovery::open_opened_libcuda`]).
+#[derive(Debug)]
+pub struct OpenedLibcuda {
+    host: PathBuf,
+    file: fs::File,
+    key: (u64, u64),
+}
+
 /// Files whose release [`Discovery`] keeps at most (the cache is emptied when full).
 const VERSIONS_KEPT: usize = 1024;
 
@@ -128,26 +136,39 @@ impl Discovery {
         Self::default()
     }
 
-    /// The driver release of the file a process opened as a libcuda, resolved inside its
-    /// root ([`process::libcuda_file_version`]); `None` when the path cannot be resolved or
-    /// neither its name nor its content tells. Each file is looked at once.
-    pub fn opened_libcuda_version(
-        &mut self,
+    /// The file a process opened as a libcuda, resolved inside its root and opened here, for
+    /// [`Self::opened_libcuda_version`]: opened while the process still runs (one whose
+    /// `cuInit` fails at once, on a release the kernel module refuses, is gone a few
+    /// milliseconds later), read after the probes are attached. `None` when the path cannot
+    /// be resolved or opened.
+    pub fn open_opened_libcuda(
+        &self,
         proc_root: &Path,
         pid: u32,
         path_in_ns: &str,
-    ) -> Option<String> {
+    ) -> Option<OpenedLibcuda> {
         let host = process::resolve_opened(proc_root, pid, path_in_ns)?;
-        let meta = fs::metadata(&host).ok()?;
-        let key = (meta.dev(), meta.ino());
-        if let Some(v) = self.versions.get(&key) {
+        let file = fs::File::open(&host).ok()?;
+        let meta = file.metadata().ok()?;
+        Some(OpenedLibcuda {
+            host,
+            file,
+            key: (meta.dev(), meta.ino()),
+        })
+    }
+
+    /// The driver release of a libcuda file a process opened
+    /// ([`process::libcuda_file_version`]); `None` when neither its name nor its content
+    /// tells. Each file's content is read once.
+    pub fn opened_libcuda_version(&mut self, opened: OpenedLibcuda) -> Option<String> {
+        if let Some(v) = self.versions.get(&opened.key) {
             return v.clone();
         }
         if self.versions.len() >= VERSIONS_KEPT {
             self.versions.clear();
         }
-        let v = process::libcuda_file_version(&host);
-        self.versions.insert(key, v.clone());
+        let v = process::libcuda_file_version(&opened.host, opened.file);
+        self.versions.insert(opened.key, v.clone());
         v
     }
 
@@ -254,6 +275,35 @@ pub(super) mod tests {
         ] {
             assert!(!is_libcuda_name(no), "{no}");
         }
+    }
+
+    /// A process whose cuInit fails at once is gone by the time the probes are attached:
+    /// the release of the copy it loaded is read from the file opened before, and once.
+    #[test]
+    fn the_release_of_an_opened_copy_is_read_after_the_process_is_gone() {
+        let proc_root = tempfile::tempdir().unwrap();
+        let lib = proc_root.path().join("77/root/opt/lib");
+        fs::create_dir_all(&lib).unwrap();
+        std::os::unix::fs::symlink("/", proc_root.path().join("77/cwd")).unwrap();
+        write(
+            &lib.join("libcuda.so.1"),
+            b"\x7fELF nvidia-application-profiles-535.261.03-rc",
+        );
+        let mut d = Discovery::new();
+        let path = "/opt/lib/libcuda.so.1";
+        let opened = d.open_opened_libcuda(proc_root.path(), 77, path).unwrap();
+        let again = d.open_opened_libcuda(proc_root.path(), 77, path).unwrap();
+        fs::remove_dir_all(proc_root.path().join("77")).unwrap();
+        assert!(d.open_opened_libcuda(proc_root.path(), 77, path).is_none());
+        assert_eq!(
+            d.opened_libcuda_version(opened).as_deref(),
+            Some("535.261.03")
+        );
+        assert_eq!(
+            d.opened_libcuda_version(again).as_deref(),
+            Some("535.261.03")
+        );
+        assert_eq!(d.versions.len(), 1);
     }
 
     #[test]

@@ -206,15 +206,16 @@ pub fn libcuda_version(file_name: &str) -> Option<String> {
     .then(|| rest.to_string())
 }
 
-/// The driver release of a libcuda file: from its name (`libcuda.so.535.261.03`), else
-/// from its content (a copy named `libcuda.so.1`: [`PROFILES_MARK`]), read a chunk at a time
-/// (a real libcuda is about 100 MiB: read whole, it set the agent's peak memory).
-pub fn libcuda_file_version(path: &Path) -> Option<String> {
+/// The driver release of the libcuda file at `path`: from its name
+/// (`libcuda.so.535.261.03`), else from its `content` (a copy named `libcuda.so.1`:
+/// [`PROFILES_MARK`]), read a chunk at a time (a real libcuda is about 100 MiB: read whole,
+/// it set the agent's peak memory).
+pub fn libcuda_file_version(path: &Path, content: impl std::io::Read) -> Option<String> {
     let name = path.file_name()?.to_str()?;
     if let Some(v) = libcuda_version(name) {
         return Some(v);
     }
-    content_version(fs::File::open(path).ok()?)
+    content_version(content)
 }
 
 /// How much of a file [`content_version`] reads at a time.
@@ -281,7 +282,8 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let named = d.path().join("libcuda.so.550.163.01");
         fs::write(&named, b"anything").unwrap();
-        assert_eq!(libcuda_file_version(&named).as_deref(), Some("550.163.01"));
+        let version = |p: &Path| libcuda_file_version(p, fs::File::open(p).unwrap());
+        assert_eq!(version(&named).as_deref(), Some("550.163.01"));
         // A copy named libcuda.so.1: the profiles path NVIDIA's library embeds.
         let copy = d.path().join("libcuda.so.1");
         fs::write(
@@ -289,9 +291,9 @@ mod tests {
             b"\x7fELF...nvidia-application-profiles-rc:/usr/share/nvidia/nvidia-application-profiles-535.261.03-rc:...",
         )
         .unwrap();
-        assert_eq!(libcuda_file_version(&copy).as_deref(), Some("535.261.03"));
+        assert_eq!(version(&copy).as_deref(), Some("535.261.03"));
         fs::write(&copy, b"nvidia-application-profiles-rc only").unwrap();
-        assert_eq!(libcuda_file_version(&copy), None);
+        assert_eq!(version(&copy), None);
     }
 
     /// The content is read a chunk at a time: a mark (or its release) across the end of a
