@@ -331,19 +331,14 @@ const fn tp(
     }
 }
 
-/// A raw tracepoint: [`tp`]'s entry attached by name, on both backends.
-const fn raw_tp(
-    label: &'static str,
-    program: &'static str,
-    category: &'static str,
-    name: &'static str,
-    need: Need,
-    purpose: &'static str,
-) -> ProbeSpec {
+/// [`tp`]'s entry as a raw tracepoint, attached by name (a `sched` one: on both backends).
+const fn raw(spec: ProbeSpec) -> ProbeSpec {
+    let Attach::Tracepoint { category, name } = spec.attach else {
+        panic!("raw() takes a tp() entry");
+    };
     ProbeSpec {
         attach: Attach::RawTracepoint { category, name },
-        backend: None,
-        ..tp(label, program, category, name, need, purpose)
+        ..spec
     }
 }
 
@@ -476,30 +471,30 @@ pub const REGISTRY: &[ProbeSpec] = &[
         Need::Required,
         "driver call latency, errno and rmStatus",
     ),
-    raw_tp(
+    raw(tp(
         "sched:sched_process_fork",
         "sched_fork",
         "sched",
         "sched_process_fork",
         Need::Optional,
         "children of NVIDIA processes followed across fork",
-    ),
-    raw_tp(
+    )),
+    raw(tp(
         "sched:sched_process_exec",
         "sched_exec",
         "sched",
         "sched_process_exec",
         Need::Optional,
         "new images (a forked child that exec'ed is no longer its parent's copy)",
-    ),
-    raw_tp(
+    )),
+    raw(tp(
         "sched:sched_process_exit",
         "sched_exit",
         "sched",
         "sched_process_exit",
         Need::Optional,
         "threads that die mid-call, process clean-up",
-    ),
+    )),
     up(
         "uprobe:cuInit",
         "cuinit_enter",
