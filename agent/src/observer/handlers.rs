@@ -306,13 +306,7 @@ impl<K: KernelSide> Observer<K> {
                 Ok(None) => {}
                 Err(err) => {
                     let error = format!("{err:#}");
-                    let ev = self.bare(
-                        h,
-                        Kind::LibcudaUnresolved {
-                            path: path.clone(),
-                            error,
-                        },
-                    );
+                    let ev = self.bare(h, Kind::LibcudaUnresolved { path, error });
                     self.dispatch(ev);
                 }
             }
