@@ -90,10 +90,15 @@ mod tests {
                 open = false;
             } else if open && doc.starts_with("field:") {
                 let fields = &mut out.last_mut().expect("opened by a name line").1;
-                fields.push(doc.split_whitespace().collect::<Vec<_>>().join(" "));
+                fields.push(collapsed(doc));
             }
         }
         out
+    }
+
+    /// A `field:` line with its runs of whitespace made one space (tracefs uses tabs).
+    fn collapsed(line: &str) -> String {
+        line.split_whitespace().collect::<Vec<_>>().join(" ")
     }
 
     /// The `syscalls:*` records the programs read through `#[repr(C)]` structs are laid out
@@ -120,7 +125,7 @@ mod tests {
                     .lines()
                     .map(str::trim)
                     .filter(|l| l.starts_with("field:"))
-                    .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+                    .map(collapsed)
                     .collect();
                 assert_eq!(quoted, live, "{file}: {name}");
                 checked.push(name);
