@@ -663,23 +663,46 @@ fn sigterm_leaves_no_program_or_link_attached() {
     assert_none_left(&progs, &links);
 }
 
-/// None of these programs and links is loaded any more.
+/// How long a program or link of the agent's may stay visible after the agent has exited:
+/// the kernel frees a link with deferred deallocation (raw tracepoint and multi-uprobe
+/// links, `dealloc_deferred` in kernel/bpf/syscall.c) after an RCU grace period, longer
+/// on a loaded host, and any process listing the host's programs (`bpftool`, `bpftop`, a
+/// test like this one) holds each for a moment through `BPF_PROG_GET_FD_BY_ID`. Seen
+/// 2026-12-04: one program still listed right after the agent's exit in 2 of 3 runs of a
+/// README check with other tests running on the host; which of the two held it was not
+/// established (not reproduced on an idle host, nor beside two busy loops).
+const KERNEL_FREES_WITHIN: Duration = Duration::from_secs(5);
+
+/// None of these programs and links is loaded any more, once the kernel has freed what it
+/// frees after a grace period ([`KERNEL_FREES_WITHIN`]).
 fn assert_none_left(progs: &[u32], links: &[u32]) {
-    let still: Vec<u32> = aya::programs::loaded_programs()
-        .filter_map(|p| p.ok())
-        .map(|p| p.id())
-        .filter(|id| progs.contains(id))
-        .collect();
+    let left = || {
+        let p: Vec<u32> = aya::programs::loaded_programs()
+            .filter_map(|p| p.ok())
+            .map(|p| p.id())
+            .filter(|id| progs.contains(id))
+            .collect();
+        let l: Vec<u32> = aya::programs::loaded_links()
+            .filter_map(|l| l.ok())
+            .map(|l| l.id())
+            .filter(|id| links.contains(id))
+            .collect();
+        (p, l)
+    };
+    let until = Instant::now() + KERNEL_FREES_WITHIN;
+    let (mut p, mut l) = left();
+    while (!p.is_empty() || !l.is_empty()) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+        (p, l) = left();
+    }
     assert!(
-        still.is_empty(),
-        "programs left loaded after SIGTERM: {still:?}"
+        p.is_empty(),
+        "programs left loaded {KERNEL_FREES_WITHIN:?} after SIGTERM: {p:?}"
     );
-    let still: Vec<u32> = aya::programs::loaded_links()
-        .filter_map(|l| l.ok())
-        .map(|l| l.id())
-        .filter(|id| links.contains(id))
-        .collect();
-    assert!(still.is_empty(), "links left after SIGTERM: {still:?}");
+    assert!(
+        l.is_empty(),
+        "links left {KERNEL_FREES_WITHIN:?} after SIGTERM: {l:?}"
+    );
 }
 
 /// Libcuda files probed at once in [`fifty_libcuda_files_are_probed_and_all_detached_at_sigterm`]:
