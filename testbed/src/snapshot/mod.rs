@@ -48,6 +48,9 @@ pub struct DriverSpec {
     pub open: bool,
     /// Version, e.g. `590.48.01`.
     pub version: String,
+    /// The architecture it was built for, as its version line names it (`x86_64`,
+    /// `aarch64`).
+    pub arch: String,
 }
 
 impl DriverSpec {
@@ -56,6 +59,7 @@ impl DriverSpec {
         DriverSpec {
             open: true,
             version: version.to_string(),
+            arch: "x86_64".to_string(),
         }
     }
 
@@ -64,6 +68,7 @@ impl DriverSpec {
         DriverSpec {
             open: false,
             version: version.to_string(),
+            arch: "x86_64".to_string(),
         }
     }
 
@@ -71,13 +76,13 @@ impl DriverSpec {
     pub fn version_line(&self) -> String {
         if self.open {
             format!(
-                "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {}  Release Build  (dvs-builder@U16-I3-B03-4-3)  Tue Dec  2 01:12:40 UTC 2025",
-                self.version
+                "NVRM version: NVIDIA UNIX Open Kernel Module for {}  {}  Release Build  (dvs-builder@U16-I3-B03-4-3)  Tue Dec  2 01:12:40 UTC 2025",
+                self.arch, self.version
             )
         } else {
             format!(
-                "NVRM version: NVIDIA UNIX x86_64 Kernel Module  {}  Sun May 12 19:39:15 UTC 2024",
-                self.version
+                "NVRM version: NVIDIA UNIX {} Kernel Module  {}  Sun May 12 19:39:15 UTC 2024",
+                self.arch, self.version
             )
         }
     }
@@ -173,6 +178,8 @@ pub struct SnapshotSpec {
     pub uvm_major: u32,
     /// `/proc/sys/kernel/osrelease`; `/boot/config-<release>` holds the config.
     pub kernel_release: String,
+    /// `/proc/sys/kernel/arch` (`uname -m`: `x86_64`, `aarch64`).
+    pub arch: String,
     /// `CONFIG_HMM_MIRROR` and `CONFIG_DEVICE_PRIVATE` set (else "is not set").
     pub hmm_config: bool,
     /// `CONFIG_KPROBES` set.
@@ -226,6 +233,7 @@ impl Default for SnapshotSpec {
             uvm_disable_hmm: false,
             uvm_major: 508,
             kernel_release: "6.8.0-45-generic".to_string(),
+            arch: "x86_64".to_string(),
             hmm_config: true,
             kprobes: true,
             nokaslr: false,
@@ -345,6 +353,10 @@ pub fn write_snapshot_fixture(dir: &Path, spec: &SnapshotSpec) -> io::Result<()>
     put(
         "/proc/sys/kernel/osrelease",
         format!("{release}\n").as_bytes(),
+    )?;
+    put(
+        "/proc/sys/kernel/arch",
+        format!("{}\n", spec.arch).as_bytes(),
     )?;
     put(
         &format!("/boot/config-{release}"),

@@ -19,6 +19,9 @@ pub struct SmiGpu {
     pub mig_mode: String,
     /// `Compute Mode`.
     pub compute_mode: String,
+    /// MIG devices (GPU instances with a compute instance) printed under the GPU, each a
+    /// `MIG Device` block (only with MIG on).
+    pub mig_devices: u32,
     /// `Fabric / State`; `None` leaves the `Fabric` section out.
     pub fabric_state: Option<String>,
 }
@@ -37,6 +40,7 @@ impl SmiGpu {
             addressing_mode: Some("HMM".to_string()),
             mig_mode: "Disabled".to_string(),
             compute_mode: "Default".to_string(),
+            mig_devices: 0,
             fabric_state: Some("Completed".to_string()),
         }
     }
@@ -83,6 +87,14 @@ fn smi_gpu_section(g: &SmiGpu, i: usize) -> String {
     s.push_str("    MIG Mode\n");
     s.push_str(&kv(8, "Current", &g.mig_mode));
     s.push_str(&kv(8, "Pending", &g.mig_mode));
+    // One block per MIG device, as nvidia-smi -q prints them after the MIG mode (a GI with
+    // its CI; the shared attributes are left out).
+    for m in 0..g.mig_devices {
+        s.push_str("    MIG Device\n");
+        s.push_str(&kv(8, "Index", &m.to_string()));
+        s.push_str(&kv(8, "GPU Instance ID", &(m + 1).to_string()));
+        s.push_str(&kv(8, "Compute Instance ID", "0"));
+    }
     s.push_str(&kv(4, "Accounting Mode", "Disabled"));
     s.push_str(&kv(4, "Accounting Mode Buffer Size", "4000"));
     s.push_str("    Driver Model\n");
