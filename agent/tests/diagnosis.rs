@@ -346,7 +346,11 @@ fn a_context_creation_refused_by_exclusive_process_mode_is_named_policy_live() {
         );
         assert_eq!(d["trigger"], "context_call");
         assert_eq!(d["severity"], "critical");
-        assert!(d["title"].as_str().unwrap().contains(call), "{d}");
+        assert_eq!(d["standing"], "leading", "{d}");
+        assert!(d["evidence"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("symptom={call} returned 46")));
         assert!(d["evidence"]
             .as_str()
             .unwrap()
@@ -354,7 +358,7 @@ fn a_context_creation_refused_by_exclusive_process_mode_is_named_policy_live() {
         assert!(d["evidence"]
             .as_str()
             .unwrap()
-            .contains("compute mode=Exclusive_Process, Exclusive_Process"));
+            .contains("compute_exclusive=compute mode Exclusive on 2 of 2 GPU(s)"));
     }
     // Near miss: the same machine, the GPU free: the context is created, nothing is judged.
     let (pid, lines) = context_workload(lib, 1, "cuCtxCreate_v2", &[]);
@@ -429,29 +433,27 @@ fn a_device_count_below_the_gpus_the_process_has_is_named_a_partition_live() {
         rec["diagnosis"]
             .as_str()
             .unwrap()
-            .starts_with("policy_or_partition"),
+            .starts_with("visible_devices"),
         "{rec}"
     );
     let d = agent.expect_event(
-        "policy_or_partition diagnosis",
-        |v| v["event"] == "diagnosis" && v["rule"] == "policy_or_partition" && pid_is(v, pid),
+        "visible_devices diagnosis",
+        |v| v["event"] == "diagnosis" && v["rule"] == "visible_devices" && pid_is(v, pid),
         T,
     );
     assert_eq!(d["trigger"], "device_count");
-    assert_eq!(d["severity"], "info");
+    assert_eq!(d["severity"], "warning");
+    assert_eq!(d["standing"], "leading");
     let ev = d["evidence"].as_str().unwrap();
     assert!(
         ev.contains(&format!(
-            "GPU nodes the process sees=2 [/proc/{pid}/root/dev]"
+            "visible_devices_narrow=CUDA_VISIBLE_DEVICES=0 names 1 of the 2 GPU(s) \
+             [/proc/{pid}/environ]"
         )),
         "{ev}"
     );
-    assert!(
-        ev.contains(&format!("CUDA_VISIBLE_DEVICES=0 [/proc/{pid}/environ]")),
-        "{ev}"
-    );
-    // CUDA_VISIBLE_DEVICES naming a GPU the process does not have: CUDA stops there, and
-    // nothing accounts for the missing one.
+    // CUDA_VISIBLE_DEVICES naming a GPU the process does not have: CUDA stops there; the
+    // setting explains the missing one.
     let (pid, lines) = context_workload(
         lib,
         2,
@@ -460,11 +462,15 @@ fn a_device_count_below_the_gpus_the_process_has_is_named_a_partition_live() {
     );
     assert_eq!(lines[0].count, Some(1));
     let d = agent.expect_event(
-        "unexplained count",
-        |v| v["event"] == "diagnosis" && v["rule"] == "policy_or_partition" && pid_is(v, pid),
+        "count cut by the setting",
+        |v| v["event"] == "diagnosis" && v["rule"] == "visible_devices" && pid_is(v, pid),
         T,
     );
     assert_eq!(d["severity"], "warning");
+    assert!(d["evidence"]
+        .as_str()
+        .unwrap()
+        .contains("names 1 of the 2 GPU(s)"));
     // Near miss: both GPUs seen; no device_count record, no finding.
     let (pid, lines) = context_workload(lib, 2, "cuDeviceGetCount", &[]);
     assert_eq!(lines[0].count, Some(2));
@@ -649,9 +655,15 @@ fn doctor_root_never_calls_an_observed_failure_healthy() {
     let (_, text) = doctor_text(snap.path());
     assert!(!text.contains("healthy"), "{text}");
     assert!(
-        text.contains("a failure was observed that no rule explains: cuInit returned 999"),
+        text.starts_with("uvmwatch doctor: CRITICAL: cuInit returned 999 (CUDA_ERROR_UNKNOWN)"),
         "{text}"
     );
+    assert!(
+        text.contains("no known cause explains it: cuInit returned 999"),
+        "{text}"
+    );
+    // The differential says why each cause is out.
+    assert!(text.contains("  ruled out:\n"), "{text}");
 
     // Near miss: the same host, cuInit succeeded (a failed query on the way is normal).
     let snap = observed(
@@ -802,39 +814,37 @@ fn a_cuinit_999_on_a_driver_without_a_gpu_is_named_no_gpu_with_what_the_agent_sa
             .map(|i| (i["value"].as_str().unwrap(), i["source"].as_str().unwrap()))
             .unwrap_or_else(|| panic!("no {what} in {evidence:#?}"))
     };
-    assert_eq!(
-        from("cuInit returned"),
-        ("999 (CUDA_ERROR_UNKNOWN) after 0.081 s", "probe:cuInit")
+    let symptom = from("symptom");
+    assert!(
+        symptom.0.starts_with(
+            "cuInit returned 999 (CUDA_ERROR_UNKNOWN) after 0.08 s; inside it: \
+             NV_ESC_RM_CONTROL on /dev/nvidiactl -> NV_ERR_INVALID_LOCK_STATE"
+        ),
+        "{symptom:?}"
     );
-    assert!(from("failed driver call")
-        .0
-        .starts_with("NV_ESC_RM_CONTROL on /dev/nvidiactl -> NV_ERR_INVALID_LOCK_STATE"));
+    assert_eq!(symptom.1, "probe:cuInit");
     assert_eq!(
-        from("driver"),
-        (
-            "550.163.01 open kernel module, loaded",
-            "/proc/driver/nvidia/version"
-        )
-    );
-    assert_eq!(
-        from("GPUs registered"),
+        from("driver_registered_no_gpu"),
         (
             "empty: the driver registered no GPU",
             "/proc/driver/nvidia/gpus"
         )
     );
     assert_eq!(
-        from("nvidia-smi").0,
+        from("smi_no_devices").0,
         "Failed to initialize NVML: No supported GPUs were found (exit status 255)"
     );
+    assert_eq!(v["symptom"]["kind"], "cuinit_failed");
     // The failure is explained: no unexplained_failure beside it.
     assert_eq!(v["findings"].as_array().unwrap().len(), 1, "{v:#}");
     let (_, text) = doctor_text(snap.path());
     assert!(
-        text.contains(
-            "CRITICAL no_gpu: cuInit returned 999: the NVIDIA driver 550.163.01 is loaded but \
-             sees no GPU: CUDA cannot start (confidence: high)\n  basis: observed"
-        ),
+        text.starts_with("uvmwatch doctor: CRITICAL: cuInit returned 999 (CUDA_ERROR_UNKNOWN)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("CRITICAL no_gpu: the NVIDIA driver drives no GPU")
+            && text.contains("(confidence: high)\n  leading; basis: observed"),
         "{text}"
     );
 
@@ -860,13 +870,20 @@ fn a_driver_without_a_gpu_is_never_healthy_and_a_refused_one_is_no_nothing_to_di
         let (code, text) = doctor_text(snap.path());
         assert_eq!(code, Some(2), "{text}");
         assert!(
-            text.starts_with("uvmwatch doctor: 1 critical (worst first)\n"),
+            text.starts_with(
+                "uvmwatch doctor: CRITICAL: driver_registered_no_gpu: empty: the driver \
+                 registered no GPU\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("leading cause: no_gpu (high confidence)"),
             "{text}"
         );
         assert!(
             text.contains(&format!(
-                "CRITICAL no_gpu: the NVIDIA driver {version} is loaded but sees no GPU"
-            )),
+                "driver_loaded  (needs) {version} (open kernel module)"
+            )) || text.contains("CRITICAL no_gpu: the NVIDIA driver drives no GPU"),
             "{text}"
         );
         assert!(text.contains("$ lspci -nn -d 10de:"), "{text}");
@@ -883,10 +900,24 @@ fn a_driver_without_a_gpu_is_never_healthy_and_a_refused_one_is_no_nothing_to_di
     );
     let (code, v, _) = doctor_json(snap.path());
     assert_eq!((code, v["status"].as_str()), (Some(2), Some("critical")));
-    // Near miss: no driver and nothing in the kernel log about it: still nothing to
-    // diagnose, exit 0.
+    // NVIDIA's user space installed (nvidia-smi cannot reach a driver) and no driver: the
+    // host wants one, so that is a symptom, never "nothing to diagnose".
+    let wanted = SnapshotSpec {
+        dmesg: Some("[    0.000000] Linux version 6.12.117+deb12-amd64\n".into()),
+        ..driver_refused_no_gpu()
+    };
+    let snap = host_of(&wanted);
+    let (code, text) = doctor_text(snap.path());
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.starts_with("uvmwatch doctor: CRITICAL: driver_absent: "),
+        "{text}"
+    );
+    // Near miss: no driver, no NVIDIA software and nothing in the kernel log about it:
+    // nothing to diagnose, exit 0.
     let silent = SnapshotSpec {
         dmesg: Some("[    0.000000] Linux version 6.12.117+deb12-amd64\n".into()),
+        smi_failure: None,
         ..driver_refused_no_gpu()
     };
     let snap = host_of(&silent);

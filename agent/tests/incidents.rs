@@ -40,6 +40,9 @@ const RULES: &[&str] = &[
     "adapter_init_failure",
     "fork_after_init",
     "policy_or_partition",
+    "wsl_linux_driver",
+    "device_node_mismatch",
+    "visible_devices",
     "unexplained_failure",
 ];
 
@@ -75,6 +78,10 @@ struct Host {
     environment: Option<String>,
     /// `x86_64` (default) or `aarch64`.
     arch: Option<String>,
+    /// Kernel lockdown: `none`, `integrity`, `confidentiality` (not recorded by default).
+    lockdown: Option<String>,
+    /// UEFI Secure Boot on (not recorded by default).
+    secure_boot: Option<bool>,
     kernel: Option<String>,
     kernel_hmm: Option<bool>,
     nokaslr: Option<bool>,
@@ -278,9 +285,18 @@ fn spec_of(h: &Host) -> SnapshotSpec {
     if let Some(v) = h.uvm_loaded {
         s.uvm_loaded = v;
     }
-    if let Some(v) = h.uvm_disable_hmm {
-        s.uvm_disable_hmm = v;
-    }
+    // Left out: what nvidia_uvm defaults to for this driver and architecture (`uvm_hmm.c`:
+    // HMM off by default off x86_64, and before 535).
+    s.uvm_disable_hmm = match h.uvm_disable_hmm {
+        Some(v) => v,
+        None => {
+            let major = s
+                .driver
+                .as_ref()
+                .and_then(|d| d.version.split('.').next()?.parse::<u32>().ok());
+            s.arch != "x86_64" || major.is_some_and(|m| m < 535)
+        }
+    };
     if let Some(v) = h.hmm_regions {
         s.iomem_hmm = v;
     }
@@ -392,11 +408,41 @@ fn spec_of(h: &Host) -> SnapshotSpec {
             &l.iter().map(String::as_str).collect::<Vec<_>>(),
         )];
     }
+    if let Some(l) = &h.lockdown {
+        // `security/lockdown/lockdown.c` lists every level and brackets the current one.
+        let line = ["none", "integrity", "confidentiality"]
+            .map(|x| {
+                if x == l {
+                    format!("[{x}]")
+                } else {
+                    x.to_string()
+                }
+            })
+            .join(" ");
+        s.files.push((LOCKDOWN.to_string(), format!("{line}\n")));
+    }
+    if let Some(on) = h.secure_boot {
+        // The efivar: 4 bytes of attributes, then the value byte.
+        let value = if on {
+            "\u{6}\0\0\0\u{1}"
+        } else {
+            "\u{6}\0\0\0\0"
+        };
+        s.files.push((SECURE_BOOT.to_string(), value.to_string()));
+    }
     if let Some(files) = &h.files {
-        s.files = files.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        s.files
+            .extend(files.iter().map(|(k, v)| (k.clone(), v.clone())));
     }
     s
 }
+
+/// Where the kernel says its lockdown level.
+const LOCKDOWN: &str = "/sys/kernel/security/lockdown";
+
+/// UEFI's `SecureBoot` variable (the EFI global variable GUID).
+const SECURE_BOOT: &str =
+    "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c";
 
 fn smi_gpu(i: u32, g: Option<&Gpu>) -> SmiGpu {
     let mut s = SmiGpu::h200(i);
@@ -428,7 +474,13 @@ fn smi_gpu(i: u32, g: Option<&Gpu>) -> SmiGpu {
 /// What the doctor said of one case.
 struct Verdict {
     status: String,
+    /// Whether it named a symptom.
+    symptom: bool,
+    /// The findings' causes: the leading one first, then those still possible; without a
+    /// symptom, the hazards, worst first.
     rules: Vec<String>,
+    /// Whether a hazard of warning or worse was found (a host without a symptom).
+    serious_hazard: bool,
 }
 
 fn judge(case: &Case) -> Verdict {
@@ -461,22 +513,20 @@ fn judge(case: &Case) -> Verdict {
             String::from_utf8_lossy(&out.stderr)
         )
     });
+    let findings = report["findings"].as_array().cloned().unwrap_or_default();
     Verdict {
         status: report["status"].as_str().unwrap_or_default().to_string(),
-        rules: report["findings"]
-            .as_array()
-            .map(|f| {
-                f.iter()
-                    .filter(|f| f["severity"] != "info")
-                    .filter_map(|f| f["rule"].as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default(),
+        symptom: report["symptom"].is_object(),
+        rules: findings
+            .iter()
+            .filter_map(|f| f["rule"].as_str().map(str::to_string))
+            .collect(),
+        serious_hazard: findings.iter().any(|f| f["severity"] != "info"),
     }
 }
 
-/// A recorded failure in a case's observations: a `cuInit` that did not return 0 or is
-/// still running, a failed context call, open or driver call.
+/// A recorded failure or hazard in a case's observations: a `cuInit` that did not return 0
+/// or is still running, a failed context call, open or driver call, a fork after `cuInit`.
 fn records_failure(o: &Value) -> bool {
     let nonzero = |k: &str| o[k].as_i64().is_some_and(|r| r != 0);
     nonzero("cuinit_result")
@@ -484,6 +534,7 @@ fn records_failure(o: &Value) -> bool {
         || nonzero("context_result")
         || o["failed_opens"].as_array().is_some_and(|a| !a.is_empty())
         || o["failed_call"].is_object()
+        || o["forked_after_parent_init"] == true
 }
 
 #[test]
@@ -546,7 +597,9 @@ fn incident_bank_each_case_gets_its_rule_first_and_no_near_miss() {
         let got = v.rules.first().map(String::as_str).unwrap_or("healthy");
         let mut wrong = Vec::new();
         if c.first == "healthy" {
-            if v.status != "healthy" {
+            // Healthy: no symptom, and no hazard of warning or worse (an info, such as
+            // persistence off, is advice).
+            if v.symptom || v.serious_hazard {
                 wrong.push(format!("status {} (rules {:?})", v.status, v.rules));
             }
         } else if got != c.first {

@@ -88,11 +88,7 @@ pub struct DoctorArgs {
 /// else none. A bundle written with `--bundle` keeps the observations judged.
 pub fn doctor(a: DoctorArgs, g: &Global) -> anyhow::Result<ExitCode> {
     use crate::doctor::{
-        bundle, collect,
-        observed::{self, ObservationsSource},
-        report,
-        root::ReadLog,
-        root::Root,
+        bundle, collect, engine, observed::ObservationsSource, report, root::ReadLog, root::Root,
     };
     use std::io::IsTerminal;
     let format = if a.npd {
@@ -104,7 +100,7 @@ pub fn doctor(a: DoctorArgs, g: &Global) -> anyhow::Result<ExitCode> {
     };
     // A pre-job check probes where it can: as root, with a libcuda to call.
     let probe_wanted = a.probe || (a.pre_job && pre_job_can_probe());
-    let run = || -> anyhow::Result<(Vec<_>, _, _, _, Vec<String>)> {
+    let run = || -> anyhow::Result<(engine::Differential, _, _, _, Vec<String>)> {
         let recorder = ReadLog::new();
         let (_tmp, root) = match &a.root {
             Some(p) => bundle::open_bundle(p)?,
@@ -148,13 +144,19 @@ pub fn doctor(a: DoctorArgs, g: &Global) -> anyhow::Result<ExitCode> {
             )?;
             eprintln!("uvmwatch doctor: bundle written to {}", out.display());
         }
-        let findings = observed::judge(&evidence, &observations);
-        Ok((findings, evidence, observations, source, snapshot_problems))
+        let differential = engine::diagnose(&evidence, &observations);
+        Ok((
+            differential,
+            evidence,
+            observations,
+            source,
+            snapshot_problems,
+        ))
     };
     match run() {
-        Ok((findings, evidence, observations, source, snapshot_problems)) => {
+        Ok((differential, evidence, observations, source, snapshot_problems)) => {
             let r = report::Report {
-                findings: &findings,
+                differential: &differential,
                 evidence: &evidence,
                 observations: &observations,
                 source: &source,

@@ -564,9 +564,11 @@ fn safe_relative(name: &Path) -> Result<Option<PathBuf>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::doctor::cause::CauseId;
     use crate::doctor::collect::collect;
+    use crate::doctor::engine::diagnose;
     use crate::doctor::finding::{Finding, Severity};
-    use crate::doctor::observed::{judge, ObservationsSource, Origin, UNEXPLAINED};
+    use crate::doctor::observed::{ObservationsSource, Origin};
     use crate::doctor::root::{Op, ReadError};
     use uvmwatch_testbed::snapshot::*;
 
@@ -1016,7 +1018,7 @@ mod tests {
         let rec = ReadLog::new();
         let evidence = collect(&Root::Snapshot(src.path().to_path_buf()).recording(&rec));
         let (judged, source) = ObservationsSource::choose(probed, None);
-        let before = judge(&evidence, &judged);
+        let before = diagnose(&evidence, &judged).findings;
 
         let out = tempfile::tempdir().unwrap();
         let bundle = out.path().join("b.tar.gz");
@@ -1025,7 +1027,7 @@ mod tests {
         let saved = read_saved_observations(guard.as_ref().unwrap().path()).transpose();
         let (read_back, source) = ObservationsSource::choose(None, saved);
         assert_eq!(read_back, judged);
-        let after = judge(&collect(&root), &read_back);
+        let after = diagnose(&collect(&root), &read_back).findings;
         (before, after, source)
     }
 
@@ -1093,7 +1095,7 @@ mod tests {
             Some(watched().cuinit(999, 0.1).opens(4)),
         );
         assert_eq!(before.len(), 1, "{before:#?}");
-        assert_eq!(before[0].rule, UNEXPLAINED);
+        assert_eq!(before[0].rule, CauseId::UnexplainedFailure);
         assert_eq!(after, before);
 
         // Near miss: only successes were observed: no finding before or after.
@@ -1108,7 +1110,7 @@ mod tests {
         // observations.json, judged on the static facts alone, as before.
         let (before, after, source) = diagnosis_before_and_after_a_bundle(&incident_spec(), None);
         assert_eq!(after, before);
-        assert!(before.iter().all(|f| f.rule != UNEXPLAINED));
+        assert!(before.iter().all(|f| f.rule != CauseId::UnexplainedFailure));
         assert_eq!(source.from, Origin::None);
     }
 }

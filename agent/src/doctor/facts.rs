@@ -100,10 +100,17 @@ pub struct SmiInfo {
     pub compute_mode: Vec<String>,
     /// `MIG Mode / Current` of each GPU (`Enabled`/`Disabled`/`N/A`).
     pub mig_mode: Vec<String>,
+    /// `MIG Device` blocks of each GPU: the MIG devices (a GPU instance with a compute
+    /// instance) that exist on it.
+    #[serde(default)]
+    pub mig_devices: Vec<u32>,
     /// `Fabric / State` of each GPU (`Completed`, `In Progress`, `Not Started`, `N/A`).
     pub fabric_state: Vec<String>,
     /// `Product Brand` of each GPU (`NVIDIA`, `GeForce`, `Tesla`, ...).
     pub product_brand: Vec<String>,
+    /// `Product Name` of each GPU (`NVIDIA H200`, `NVIDIA GeForce RTX 3090`).
+    #[serde(default)]
+    pub product_name: Vec<String>,
     /// `Driver Version` line.
     pub driver_version: Option<String>,
 }
@@ -263,12 +270,24 @@ pub struct Evidence {
     pub container: Fact<ContainerInfo>,
     /// `/proc/sys/kernel/osrelease`.
     pub kernel: Fact<KernelInfo>,
+    /// `/proc/sys/kernel/arch` (`uname -m`: `x86_64`, `aarch64`; Linux's
+    /// `kernel/utsname_sysctl.c`).
+    #[serde(default = "absent_arch")]
+    pub arch: Fact<String>,
     /// `CONFIG_*` values from `/proc/config.gz` or `/boot/config-<release>` (only
     /// `CONFIG_HMM_MIRROR`, `CONFIG_DEVICE_PRIVATE`, `CONFIG_RANDOMIZE_BASE`,
     /// `CONFIG_RANDOMIZE_MEMORY`, `CONFIG_KPROBES`, `CONFIG_ZONE_DEVICE`).
     pub kernel_config: Fact<BTreeMap<String, String>>,
     /// `/proc/cmdline`.
     pub cmdline: Fact<String>,
+    /// The kernel's lockdown level (`/sys/kernel/security/lockdown`: `none`, `integrity`,
+    /// `confidentiality`, the bracketed one of `security/lockdown/lockdown.c`'s list).
+    #[serde(default = "absent_lockdown")]
+    pub lockdown: Fact<String>,
+    /// UEFI Secure Boot on: the value byte of the `SecureBoot` EFI variable
+    /// (`/sys/firmware/efi/efivars/SecureBoot-8be4df61-...`, after 4 bytes of attributes).
+    #[serde(default = "absent_secure_boot")]
+    pub secure_boot: Fact<bool>,
     /// `/proc/iomem` lines naming `nvidia-uvm-hmm` (root only; addresses are zero otherwise).
     pub iomem_hmm: Fact<Vec<String>>,
     /// `nvidia-smi -q`.
@@ -313,6 +332,21 @@ fn absent_gpus() -> Fact<Vec<String>> {
 /// [`Evidence::pci_gpus`] of an `evidence.json` written before the fact existed.
 fn absent_pci_gpus() -> Fact<Vec<PciGpu>> {
     Fact::unavailable(NOT_RECORDED, "/sys/bus/pci/devices")
+}
+
+/// [`Evidence::lockdown`] of an `evidence.json` written before the fact existed.
+fn absent_lockdown() -> Fact<String> {
+    Fact::unavailable(NOT_RECORDED, "/sys/kernel/security/lockdown")
+}
+
+/// [`Evidence::secure_boot`] of an `evidence.json` written before the fact existed.
+fn absent_secure_boot() -> Fact<bool> {
+    Fact::unavailable(NOT_RECORDED, "/sys/firmware/efi/efivars")
+}
+
+/// [`Evidence::arch`] of an `evidence.json` written before the fact existed.
+fn absent_arch() -> Fact<String> {
+    Fact::unavailable(NOT_RECORDED, "/proc/sys/kernel/arch")
 }
 
 /// [`Evidence::wsl`] of an `evidence.json` written before the fact existed.

@@ -5,6 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::cause::CauseId;
+use super::signal::Sig;
+
 /// How bad it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -89,6 +92,56 @@ impl Basis {
     }
 }
 
+/// Where a finding stands in the differential.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Standing {
+    /// The most likely cause of the symptom.
+    #[default]
+    Leading,
+    /// Still possible: the command of [`Finding::tell_apart`] tells it from the leading one.
+    Possible,
+    /// No symptom: the host's state makes the cause likely before anything fails.
+    Hazard,
+}
+
+impl Standing {
+    /// Lower-case name, as the JSON document, the log and the metrics write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Standing::Leading => "leading",
+            Standing::Possible => "possible",
+            Standing::Hazard => "hazard",
+        }
+    }
+}
+
+/// How an evidence item bears on its finding.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stance {
+    /// The symptom, or a signal for the cause.
+    #[default]
+    For,
+    /// A signal the cause needs, found to hold.
+    Needs,
+    /// A signal against the cause.
+    Against,
+}
+
+impl Stance {
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stance::For => "for",
+            Stance::Needs => "needs",
+            Stance::Against => "against",
+        }
+    }
+}
+
 /// One piece of evidence a finding used.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EvidenceItem {
@@ -98,12 +151,21 @@ pub struct EvidenceItem {
     pub value: String,
     /// Where it came from: a path, a command, or `probe:<name>`.
     pub source: String,
+    /// Whether it argues for the cause, is a condition it needs, or argues against it.
+    #[serde(default)]
+    pub stance: Stance,
+    /// The signal it is, when it is one (not the symptom).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<Sig>,
 }
 
 impl EvidenceItem {
     /// The item on one line: `what=value [source]`.
     pub fn line(&self) -> String {
-        format!("{}={} [{}]", self.what, self.value, self.source)
+        match self.stance {
+            Stance::Against => format!("against {}={} [{}]", self.what, self.value, self.source),
+            _ => format!("{}={} [{}]", self.what, self.value, self.source),
+        }
     }
 }
 
@@ -154,11 +216,14 @@ impl FixStep {
     }
 }
 
-/// A rule's conclusion.
+/// A cause, as the engine judged it for one symptom (or one host without any).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Finding {
-    /// Rule id, snake case (`hmm_setup_failure`); also the runbook file name.
-    pub rule: String,
+    /// The cause's id (`hmm_setup_failure`); also the runbook file name.
+    pub rule: CauseId,
+    /// Leading, still possible, or a hazard.
+    #[serde(default)]
+    pub standing: Standing,
     /// One-line summary for humans.
     pub title: String,
     /// Severity.
@@ -185,6 +250,13 @@ pub struct Finding {
 }
 
 impl Finding {
+    /// Whether the signal `s` is among what speaks for it.
+    pub fn rests_on(&self, s: Sig) -> bool {
+        self.evidence
+            .iter()
+            .any(|i| i.signal == Some(s) && i.stance == Stance::For)
+    }
+
     /// The evidence on one line: each item's [`EvidenceItem::line`], joined by `; `.
     pub fn evidence_text(&self) -> String {
         self.evidence
@@ -221,7 +293,8 @@ mod tests {
     #[test]
     fn one_line_renderings() {
         let f = Finding {
-            rule: "hmm_setup_failure".into(),
+            rule: CauseId::HmmSetupFailure,
+            standing: Standing::Leading,
             title: "t".into(),
             severity: Severity::Critical,
             confidence: Confidence::High,
@@ -231,11 +304,15 @@ mod tests {
                     what: "uvm_disable_hmm".into(),
                     value: "N".into(),
                     source: "/sys/module/nvidia_uvm/parameters".into(),
+                    stance: Stance::Needs,
+                    signal: Some(Sig::HmmAllowed),
                 },
                 EvidenceItem {
                     what: "cuInit returned".into(),
                     value: "3".into(),
                     source: "probe:cuInit".into(),
+                    stance: Stance::Against,
+                    signal: None,
                 },
             ],
             unchecked: vec![],
@@ -249,7 +326,7 @@ mod tests {
         };
         assert_eq!(
             f.evidence_text(),
-            "uvm_disable_hmm=N [/sys/module/nvidia_uvm/parameters]; cuInit returned=3 [probe:cuInit]"
+            "uvm_disable_hmm=N [/sys/module/nvidia_uvm/parameters]; against cuInit returned=3 [probe:cuInit]"
         );
         assert_eq!(
             f.fix_text(),

@@ -66,6 +66,7 @@ pub fn healthy_open_host() -> Evidence {
             DriverInfo {
                 version: "590.48.01".into(),
                 open_module: true,
+                arch: Some("x86_64".into()),
                 line: "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  590.48.01  \
                            Release Build  (dvs-builder@U22-I3-AF03-09-1)"
                     .into(),
@@ -124,6 +125,9 @@ pub fn healthy_open_host() -> Evidence {
             },
             "/proc/sys/kernel/osrelease",
         ),
+        arch: Fact::ok("x86_64".to_string(), "/proc/sys/kernel/arch"),
+        lockdown: Fact::ok("none".to_string(), "/sys/kernel/security/lockdown"),
+        secure_boot: Fact::ok(false, "/sys/firmware/efi/efivars"),
         kernel_config: kernel_config(release),
         cmdline: Fact::ok(
             format!("BOOT_IMAGE=/vmlinuz-{release} root=/dev/mapper/vg-root ro quiet splash"),
@@ -137,8 +141,10 @@ pub fn healthy_open_host() -> Evidence {
                 persistence_mode: vec!["Enabled".into()],
                 compute_mode: vec!["Default".into()],
                 mig_mode: vec!["N/A".into()],
+                mig_devices: vec![0],
                 fabric_state: vec!["N/A".into()],
                 product_brand: vec!["NVIDIA".into()],
+                product_name: vec!["NVIDIA H200".into()],
                 driver_version: Some("590.48.01".into()),
             },
             "nvidia-smi -q",

@@ -12,7 +12,9 @@
 //! evidence and observation builders (`fixtures.rs`, test builds only).
 
 pub mod bundle;
+pub mod cause;
 pub mod collect;
+pub mod engine;
 pub mod facts;
 pub mod finding;
 #[cfg(test)]
@@ -21,5 +23,6 @@ pub mod input;
 pub mod observed;
 pub mod report;
 pub mod root;
-pub mod rules;
+pub mod signal;
+pub mod symptom;
 pub mod verdict;

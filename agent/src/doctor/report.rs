@@ -9,15 +9,17 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
+use super::engine::Differential;
 use super::facts::{Evidence, Fact, Observations};
-use super::finding::{Finding, Severity};
+use super::finding::{Finding, Severity, Stance, Standing};
 use super::input::{clip, KERNEL_LOG_LIMIT};
 use super::observed::ObservationsSource;
-use super::rules::no_driver;
+use super::signal::no_driver;
 
 /// Version of the JSON document [`render_json`] returns. Bumped on any change that is not a
-/// pure addition of a field.
-pub const SCHEMA_VERSION: u32 = 1;
+/// pure addition of a field (2: the differential: `symptom`, each finding's `standing`,
+/// `ruled_out`, evidence `stance`; findings leading first).
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Exit code: no finding, or informational findings only.
 pub const EXIT_HEALTHY: u8 = 0;
@@ -33,8 +35,9 @@ pub const EXIT_COULD_NOT_RUN: u8 = 3;
 /// One diagnosis as `uvmwatch doctor` reports it.
 #[derive(Clone, Copy, Debug)]
 pub struct Report<'a> {
-    /// The findings, worst first (`observed::judge`).
-    pub findings: &'a [Finding],
+    /// The engine's differential: the symptom, the findings (leading first), the causes
+    /// ruled out.
+    pub differential: &'a Differential,
     /// The facts read.
     pub evidence: &'a Evidence,
     /// The observations judged (all defaults when none).
@@ -47,6 +50,11 @@ pub struct Report<'a> {
 }
 
 impl Report<'_> {
+    /// The findings, leading first.
+    pub fn findings(&self) -> &[Finding] {
+        &self.differential.findings
+    }
+
     /// The diagnosis is incomplete: the snapshot's `observations.json` could not be used
     /// ([`ObservationsSource::incomplete`]) or another of its files is malformed
     /// ([`Report::snapshot_problems`]).
@@ -54,25 +62,28 @@ impl Report<'_> {
         self.source.incomplete() || !self.snapshot_problems.is_empty()
     }
 
-    /// The process exit code: [`EXIT_CRITICAL`] with a critical finding; otherwise
-    /// [`EXIT_COULD_NOT_RUN`] (UNKNOWN) when the diagnosis is incomplete
-    /// ([`Report::incomplete`]); otherwise [`exit_code`] of the findings.
+    /// The process exit code: [`EXIT_CRITICAL`] when the symptom or a hazard is critical;
+    /// otherwise [`EXIT_COULD_NOT_RUN`] (UNKNOWN) when the diagnosis is incomplete
+    /// ([`Report::incomplete`]); otherwise [`exit_code`] of the worst severity.
     pub fn exit_code(&self) -> u8 {
-        match exit_code(self.findings) {
+        match exit_code(self.differential.severity()) {
             EXIT_CRITICAL => EXIT_CRITICAL,
             _ if self.incomplete() => EXIT_COULD_NOT_RUN,
             code => code,
         }
     }
 
-    /// The `status` of the JSON document: `critical` with a critical finding; otherwise
-    /// `unknown` when the diagnosis is incomplete ([`Report::incomplete`]); otherwise
-    /// [`status`] of the findings.
+    /// The `status` of the JSON document: `critical` when the symptom or a hazard is;
+    /// otherwise `unknown` when the diagnosis is incomplete ([`Report::incomplete`]);
+    /// otherwise the worst severity (`info`, `warning`), `no_driver` (nothing at all and no
+    /// NVIDIA driver) or `healthy`.
     pub fn status(&self) -> &'static str {
-        match worst(self.findings) {
+        match self.differential.severity() {
             Some(Severity::Critical) => Severity::Critical.as_str(),
             _ if self.incomplete() => "unknown",
-            _ => status(self.findings, self.evidence),
+            Some(s) => s.as_str(),
+            None if no_driver(self.evidence).is_some() => "no_driver",
+            None => "healthy",
         }
     }
 
@@ -82,37 +93,24 @@ impl Report<'_> {
     }
 }
 
-/// The exit code for these findings: [`EXIT_HEALTHY`] (none, or info only),
-/// [`EXIT_WARNING`], or [`EXIT_CRITICAL`], after the worst severity. The same levels as the
-/// Nagios plugin convention (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).
-pub fn exit_code(findings: &[Finding]) -> u8 {
-    match worst(findings) {
+/// The exit code for this worst severity: [`EXIT_HEALTHY`] (none, or info only),
+/// [`EXIT_WARNING`], or [`EXIT_CRITICAL`]. The same levels as the Nagios plugin convention
+/// (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).
+pub fn exit_code(worst: Option<Severity>) -> u8 {
+    match worst {
         None | Some(Severity::Info) => EXIT_HEALTHY,
         Some(Severity::Warning) => EXIT_WARNING,
         Some(Severity::Critical) => EXIT_CRITICAL,
     }
 }
 
-/// The `status` of the JSON document: `healthy` (no findings), `no_driver` (no findings and
-/// no NVIDIA driver at all), or the worst severity: `info`, `warning`, `critical`.
-pub fn status(findings: &[Finding], evidence: &Evidence) -> &'static str {
-    match worst(findings) {
-        Some(s) => s.as_str(),
-        None if no_driver(evidence).is_some() => "no_driver",
-        None => "healthy",
-    }
-}
-
-fn worst(findings: &[Finding]) -> Option<Severity> {
-    findings.iter().map(|f| f.severity).max()
-}
-
 /// The JSON document of one diagnosis (schema in `docs/doctor.md`, version
-/// [`SCHEMA_VERSION`]). `observations` is all defaults when nothing was observed;
-/// `observations_source` says where they came from.
+/// [`SCHEMA_VERSION`]): the symptom, the findings (the leading cause first, then those
+/// still possible; without a symptom, the hazards), the causes ruled out, the facts, the
+/// observations and where they came from.
 pub fn render_json(r: &Report) -> Value {
-    let findings = r.findings;
-    let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
+    let d = r.differential;
+    let count = |s: Severity| d.findings.iter().filter(|f| f.severity == s).count();
     let mut source = to_value(r.source);
     if let Value::Object(m) = &mut source {
         m.insert("summary".into(), Value::String(r.observations_line()));
@@ -121,12 +119,14 @@ pub fn render_json(r: &Report) -> Value {
         "schema_version": SCHEMA_VERSION,
         "status": r.status(),
         "exit_code": r.exit_code(),
+        "symptom": to_value(&d.symptom),
         "counts": {
             "critical": count(Severity::Critical),
             "warning": count(Severity::Warning),
             "info": count(Severity::Info),
         },
-        "findings": to_value(findings),
+        "findings": to_value(&d.findings),
+        "ruled_out": to_value(&d.ruled_out),
         "evidence": to_value(r.evidence),
         "observations": to_value(r.observations),
         "observations_source": source,
@@ -169,41 +169,52 @@ impl Paint {
     }
 }
 
-/// The text report: a headline (counts worst first, or "healthy", or "no NVIDIA driver
-/// present"; "diagnosis incomplete" when the snapshot's `observations.json` could not be
-/// used), the line saying which observations were judged, then one block per finding,
-/// worst first (severity, title, confidence; evidence with sources; what could not be
-/// checked; fix steps tagged `[host]`/`[container]`/`[any]`; runbook). With no finding: the
-/// driver seen and what could not be checked. `color` adds ANSI colors (for a terminal).
+/// The text report: the symptom first (what failed or hung, where, and inside what), the
+/// line saying which observations were judged, the differential (the leading cause; the
+/// others still possible, each with what tells it apart; the causes ruled out and by what),
+/// then one block per finding (severity, title, confidence; evidence with sources and its
+/// stance; what could not be checked; fix steps tagged `[host]`/`[container]`/`[any]`;
+/// runbook). Without a symptom: the hazards, or "healthy" with the driver seen and what
+/// could not be checked. `color` adds ANSI colors (for a terminal).
 pub fn render_text(r: &Report, color: bool) -> String {
     let p = Paint { color };
     let mut out = String::new();
-    let findings = r.findings;
-    if findings.is_empty() {
-        render_healthy(&mut out, r, &p);
-        return out;
-    }
-    let mut counts = Vec::new();
-    for s in [Severity::Critical, Severity::Warning, Severity::Info] {
-        let n = findings.iter().filter(|f| f.severity == s).count();
-        if n > 0 {
-            counts.push(format!("{n} {}", s.as_str()));
-        }
-    }
+    let d = r.differential;
     let incomplete = if r.status() == "unknown" {
         format!("; {}", p.bold("diagnosis incomplete"))
     } else {
         String::new()
     };
-    let _ = writeln!(
-        out,
-        "uvmwatch doctor: {} (worst first){incomplete}",
-        counts.join(", ")
-    );
+    match &d.symptom {
+        Some(sym) => {
+            let _ = writeln!(
+                out,
+                "uvmwatch doctor: {}: {}{incomplete}",
+                p.severity(sym.severity),
+                shown(&sym.what)
+            );
+            if let Some(inside) = &sym.inside {
+                let _ = writeln!(out, "  inside it: {}", shown(inside));
+            }
+            let _ = writeln!(out, "  {}", p.dim(&format!("[{}]", sym.source.label)));
+        }
+        None if d.findings.is_empty() => {
+            render_healthy(&mut out, r, &p);
+            return out;
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "uvmwatch doctor: no failure recorded; {} hazard(s), worst {}{incomplete}",
+                d.findings.len(),
+                p.severity(d.findings[0].severity)
+            );
+        }
+    }
     let _ = writeln!(out, "  {}", r.observations_line());
     render_snapshot_problems(&mut out, r);
-    render_candidates(&mut out, findings);
-    for f in findings {
+    render_differential(&mut out, r);
+    for f in &d.findings {
         out.push('\n');
         render_finding(&mut out, f, &p);
     }
@@ -232,41 +243,43 @@ fn render_snapshot_problems(out: &mut String, r: &Report) {
     }
 }
 
-/// When more than one cause of warning or worse fits and one of them is uncertain: the
-/// causes, most likely first, each with the command that tells it apart
-/// ([`Finding::tell_apart`]), so the reader runs one command instead of guessing.
-fn render_candidates(out: &mut String, findings: &[Finding]) {
-    // Causes of the same thing: of warning or worse, and resting on what the first rests on
-    // (a static risk is no candidate for a failure the probes saw).
-    let Some(first) = findings.first() else {
+/// The differential in a few lines: the leading cause, the others still possible with the
+/// command that tells each apart, and the causes ruled out with what ruled each out.
+fn render_differential(out: &mut String, r: &Report) {
+    let d = r.differential;
+    let Some(first) = d.leading() else {
         return;
     };
-    let fit: Vec<&Finding> = findings
-        .iter()
-        .filter(|f| f.severity >= Severity::Warning && f.basis == first.basis)
-        .collect();
-    if fit.len() < 2 || fit.iter().all(|f| f.tell_apart.is_none()) {
-        return;
-    }
-    let _ = writeln!(
-        out,
-        "  {} causes fit, most likely first; what tells them apart:",
-        fit.len()
-    );
-    for (n, f) in fit.iter().enumerate() {
-        let how = f
-            .tell_apart
-            .as_deref()
-            .map(shown)
-            .unwrap_or_else(|| "(high confidence: its defining signal was seen)".to_string());
+    if d.symptom.is_some() {
         let _ = writeln!(
             out,
-            "    {}. {} ({}, {}): {how}",
-            n + 1,
-            f.rule,
-            f.severity.as_str(),
-            f.confidence.as_str()
+            "  leading cause: {} ({} confidence)",
+            first.rule,
+            first.confidence.as_str()
         );
+        let others: Vec<&Finding> = d
+            .findings
+            .iter()
+            .filter(|f| f.standing == Standing::Possible)
+            .collect();
+        if !others.is_empty() {
+            let _ = writeln!(out, "  also possible, and what tells each apart:");
+            for f in others {
+                let how = f.tell_apart.as_deref().map(shown).unwrap_or_default();
+                let _ = writeln!(out, "    - {} ({}): {how}", f.rule, f.confidence.as_str());
+            }
+        }
+    }
+    if !d.ruled_out.is_empty() {
+        let _ = writeln!(out, "  ruled out:");
+        for o in &d.ruled_out {
+            let src = if o.source.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", o.source)
+            };
+            let _ = writeln!(out, "    - {}: {}{src}", o.rule, shown(&o.why));
+        }
     }
 }
 
@@ -275,12 +288,19 @@ fn render_finding(out: &mut String, f: &Finding, p: &Paint) {
         out,
         "{} {}: {} (confidence: {})",
         p.severity(f.severity),
-        p.bold(&f.rule),
+        p.bold(f.rule.as_str()),
         f.title,
         f.confidence.as_str()
     );
-    // What it rests on: observed (the probes) or static (the host's state alone).
-    let _ = writeln!(out, "  basis: {} ({})", f.basis.as_str(), f.basis.meaning());
+    // Where it stands, and what it rests on: observed (the probes) or static (the host's
+    // state alone).
+    let _ = writeln!(
+        out,
+        "  {}; basis: {} ({})",
+        f.standing.as_str(),
+        f.basis.as_str(),
+        f.basis.meaning()
+    );
     if !f.evidence.is_empty() {
         let _ = writeln!(out, "  evidence:");
         let width = f
@@ -291,9 +311,14 @@ fn render_finding(out: &mut String, f: &Finding, p: &Paint) {
             .unwrap_or(0)
             .min(28);
         for i in &f.evidence {
+            let stance = match i.stance {
+                Stance::For => "",
+                Stance::Needs => "(needs) ",
+                Stance::Against => "(against) ",
+            };
             let _ = writeln!(
                 out,
-                "    {:<width$}  {}  {}",
+                "    {:<width$}  {stance}{}  {}",
                 i.what,
                 shown(&i.value),
                 p.dim(&format!("[{}]", shown(&i.source)))
@@ -407,37 +432,21 @@ fn unavailable_facts(e: &Evidence) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::engine::diagnose;
     use super::super::facts::{Fact, Observations};
-    use super::super::finding::Confidence;
     use super::super::fixtures::*;
-    use super::super::rules::diagnose;
     use super::*;
 
-    /// The text of a diagnosis with no observations.
-    fn text_of(findings: &[Finding], e: &Evidence, color: bool) -> String {
-        let src = ObservationsSource::none();
-        render_text(
-            &Report {
-                findings,
-                evidence: e,
-                observations: &plain(),
-                source: &src,
-                snapshot_problems: &[],
-            },
-            color,
-        )
-    }
-
-    /// The JSON document of a diagnosis with observations `o` (from `--probe` unless `o`
-    /// is empty).
-    fn json_of(findings: &[Finding], e: &Evidence, o: &Observations) -> Value {
+    /// The report of a diagnosis of `e` with `o` (from `--probe` unless `o` is empty).
+    fn with<T>(e: &Evidence, o: &Observations, f: impl FnOnce(&Report) -> T) -> T {
+        let d = diagnose(e, o);
         let src = if *o == plain() {
             ObservationsSource::none()
         } else {
             ObservationsSource::choose(Some(o.clone()), None).1
         };
-        render_json(&Report {
-            findings,
+        f(&Report {
+            differential: &d,
             evidence: e,
             observations: o,
             source: &src,
@@ -445,8 +454,17 @@ mod tests {
         })
     }
 
+    fn text_of(e: &Evidence, o: &Observations, color: bool) -> String {
+        with(e, o, |r| render_text(r, color))
+    }
+
+    fn json_of(e: &Evidence, o: &Observations) -> Value {
+        with(e, o, render_json)
+    }
+
     /// A GPU fallen off the bus (Xid 79 in the kernel log) and a `cuInit` that returned 3
-    /// after good opens: the Xid is the sure cause, HMM set-up a weaker one that also fits.
+    /// after good opens: the Xid is the sure cause; HMM set-up, which needs the GPU, is
+    /// weighed against it.
     fn xid79_host() -> Evidence {
         healthy_open_host().log(|l| {
             l.xids = vec![79];
@@ -456,77 +474,62 @@ mod tests {
     }
 
     #[test]
-    fn text_lists_the_causes_that_fit_in_order_with_what_tells_them_apart() {
+    fn the_symptom_comes_first_then_the_differential() {
         let e = xid79_host();
         let o = watched().cuinit(3, 0.2).opens(3);
-        let findings = diagnose(&e, &o);
-        let src = ObservationsSource::choose(Some(o.clone()), None).1;
-        let text = render_text(
-            &Report {
-                findings: &findings,
-                evidence: &e,
-                observations: &o,
-                source: &src,
-                snapshot_problems: &[],
-            },
-            false,
-        );
-        let head = text
-            .split_once("2 causes fit, most likely first; what tells them apart:\n")
-            .unwrap_or_else(|| panic!("no list of causes: {text}"))
-            .1;
-        let lines: Vec<&str> = head.lines().take(2).collect();
-        assert!(
-            lines[0].starts_with("    1. adapter_init_failure (critical, high): "),
+        let text = text_of(&e, &o, false);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "uvmwatch doctor: CRITICAL: cuInit returned 3 (CUDA_ERROR_NOT_INITIALIZED) after 0.20 s",
             "{text}"
         );
         assert!(
-            lines[1].starts_with("    2. hmm_setup_failure (critical, low): ")
-                && lines[1].contains("uvm_disable_hmm=1"),
+            text.contains("  leading cause: adapter_init_failure (high confidence)\n"),
             "{text}"
         );
-        // Each finding below high confidence says it again under its own heading.
+        assert!(text.contains("  ruled out:\n"), "{text}");
+        // Each cause ruled out says by what.
         assert!(
-            text.contains("  to tell it apart: sudo modprobe -r nvidia_uvm"),
+            text.contains("    - fork_after_init: needs forked_after_init: "),
             "{text}"
         );
-        let json = json_of(&findings, &e, &o);
-        let found = json["findings"].as_array().unwrap();
-        assert_eq!(found[0]["tell_apart"], Value::Null, "{json:#}");
-        assert!(found[1]["tell_apart"].as_str().is_some(), "{json:#}");
-    }
-
-    #[test]
-    fn one_cause_or_a_static_risk_beside_an_observed_failure_is_no_list() {
-        let o = watched().cuinit(3, 0.2).opens(3);
-        // HMM set-up alone: nothing to tell apart from.
-        let e = healthy_open_host();
-        let findings = diagnose(&e, &o);
-        assert_eq!(findings.len(), 1, "{findings:#?}");
-        assert!(!text_of(&findings, &e, false).contains("causes fit"));
-        // The Xid with a plain doctor: a static finding alone.
-        let e = xid79_host();
-        let findings = diagnose(&e, &plain());
-        assert!(!text_of(&findings, &e, false).contains("causes fit"));
+        assert!(
+            text.contains("    - slow_init: cannot produce it: cuInit returned 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("    - hmm_setup_failure: too little speaks for it: ")
+                && text.contains("against it: gpu_fell_off_bus"),
+            "{text}"
+        );
+        let json = json_of(&e, &o);
+        assert_eq!(json["symptom"]["kind"], "cuinit_failed");
+        assert_eq!(json["symptom"]["code"], 3);
+        assert_eq!(json["findings"][0]["standing"], "leading");
+        assert!(json["ruled_out"].as_array().is_some_and(|r| !r.is_empty()));
     }
 
     #[test]
     fn text_of_the_motivating_case() {
         let e = motivating_host();
-        let findings = diagnose(&e, &register_gpu_no_memory());
-        let text = text_of(&findings, &e, false);
+        let text = text_of(&e, &register_gpu_no_memory(), false);
         assert!(!text.contains('\x1b'), "{text}");
         assert!(
-            text.starts_with("uvmwatch doctor: 1 critical (worst first)\n"),
+            text.starts_with(
+                "uvmwatch doctor: CRITICAL: cuInit returned 3 (CUDA_ERROR_NOT_INITIALIZED) after \
+                 0.41 s\n  inside it: UVM_REGISTER_GPU on /dev/nvidia-uvm -> NV_ERR_NO_MEMORY"
+            ),
             "{text}"
         );
         for needle in [
-            "CRITICAL hmm_setup_failure: nvidia_uvm HMM set-up failed: UVM_REGISTER_GPU returned NV_ERR_NO_MEMORY",
-            "(confidence: high)",
+            "leading cause: hmm_setup_failure",
+            "CRITICAL hmm_setup_failure: nvidia_uvm HMM set-up fails or hangs on this kernel",
+            "  leading; basis: observed",
+            "register_gpu_no_memory",
             "[probe:ioctl]",
+            "(needs) uvm_disable_hmm=N (HMM allowed)",
             "[/sys/module/nvidia_uvm/parameters]",
-            "could not check:",
-            "request_free_mem_region",
             "1. [host] Disable HMM in nvidia_uvm",
             "$ echo 'options nvidia_uvm uvm_disable_hmm=1' | sudo tee /etc/modprobe.d/uvmwatch-disable-hmm.conf",
             "$ sudo modprobe -r nvidia_uvm && sudo modprobe nvidia_uvm",
@@ -535,26 +538,20 @@ mod tests {
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }
-        let colored = text_of(&findings, &e, true);
+        let colored = text_of(&e, &register_gpu_no_memory(), true);
         assert!(colored.contains("\x1b[1;31mCRITICAL\x1b[0m"), "{colored}");
     }
 
     #[test]
-    fn text_worst_first() {
-        let e = motivating_host().container("lxc", Some(&["c 195:* rwm"]));
-        let findings = diagnose(&e, &Observations::default());
-        let text = text_of(&findings, &e, false);
+    fn hazards_without_a_symptom() {
+        let e = motivating_host();
+        let text = text_of(&e, &plain(), false);
         assert!(
-            text.starts_with("uvmwatch doctor: 1 critical, 1 warning"),
+            text.starts_with("uvmwatch doctor: no failure recorded; 1 hazard(s), worst WARNING\n"),
             "{text}"
         );
-        let crit = text
-            .find("CRITICAL device_permission")
-            .expect("critical block");
-        let warn = text
-            .find("WARNING hmm_setup_failure")
-            .expect("warning block");
-        assert!(crit < warn);
+        assert!(text.contains("WARNING hmm_setup_failure"), "{text}");
+        assert!(text.contains("  hazard; basis: static"), "{text}");
     }
 
     #[test]
@@ -562,7 +559,7 @@ mod tests {
         let e = healthy_open_host().with(|e| {
             e.kernel_log = Fact::unavailable("Operation not permitted (os error 1)", "/dev/kmsg")
         });
-        let text = text_of(&[], &e, false);
+        let text = text_of(&e, &plain(), false);
         assert!(
             text.starts_with(
                 "uvmwatch doctor: healthy: no known cause of a CUDA init failure or hang \
@@ -583,7 +580,7 @@ mod tests {
             "{text}"
         );
 
-        let text = text_of(&[], &no_driver_host(), false);
+        let text = text_of(&no_driver_host(), &plain(), false);
         assert!(
             text.starts_with(
                 "uvmwatch doctor: no NVIDIA driver present (/proc/driver/nvidia/version: not \
@@ -600,14 +597,16 @@ mod tests {
     fn json_document() {
         let e = motivating_host();
         let o = register_gpu_no_memory();
-        let findings = diagnose(&e, &o);
-        let v = json_of(&findings, &e, &o);
-        assert_eq!(v["schema_version"], 1);
+        let v = json_of(&e, &o);
+        assert_eq!(v["schema_version"], 2);
         assert_eq!(v["status"], "critical");
         assert_eq!(v["exit_code"], 2);
-        assert_eq!(v["counts"], json!({"critical": 1, "warning": 0, "info": 0}));
+        assert_eq!(v["symptom"]["kind"], "cuinit_failed");
+        assert_eq!(v["symptom"]["severity"], "critical");
+        assert_eq!(v["symptom"]["source"]["label"], "probe:cuInit");
         let f = &v["findings"][0];
         assert_eq!(f["rule"], "hmm_setup_failure");
+        assert_eq!(f["standing"], "leading");
         assert_eq!(f["severity"], "critical");
         assert_eq!(f["confidence"], "high");
         assert_eq!(f["runbook"], "docs/runbooks/hmm_setup_failure.md");
@@ -616,28 +615,25 @@ mod tests {
             .as_str()
             .unwrap()
             .contains("uvm_disable_hmm=1"));
-        assert_eq!(f["evidence"][0]["source"], "probe:ioctl");
-        assert!(f["unchecked"].as_array().is_some_and(|u| !u.is_empty()));
+        assert_eq!(f["evidence"][0]["what"], "symptom");
+        assert!(f["evidence"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["signal"] == "register_gpu_no_memory" && i["stance"] == "for"));
         assert_eq!(
             v["evidence"]["driver"]["value"]["Ok"]["version"],
             "590.48.01"
-        );
-        assert_eq!(
-            v["evidence"]["driver"]["source"],
-            "/proc/driver/nvidia/version"
         );
         assert_eq!(
             v["evidence"]["iomem_hmm"]["value"]["Err"]["why"],
             "addresses hidden: needs root"
         );
         assert_eq!(v["observations"]["cuinit_result"], 3);
-        assert_eq!(
-            v["observations"]["failed_call"]["result"],
-            "NV_ERR_NO_MEMORY"
-        );
         // The document reads back into the same types.
+        let d = diagnose(&e, &o);
         let back: Vec<Finding> = serde_json::from_value(v["findings"].clone()).unwrap();
-        assert_eq!(back, findings);
+        assert_eq!(back, d.findings);
         let back: Evidence = serde_json::from_value(v["evidence"].clone()).unwrap();
         assert_eq!(back, e);
     }
@@ -645,119 +641,65 @@ mod tests {
     #[test]
     fn json_status_without_findings() {
         let o = Observations::default();
-        let v = json_of(&[], &no_driver_host(), &o);
+        let v = json_of(&no_driver_host(), &o);
         assert_eq!(
             (v["status"].as_str(), v["exit_code"].as_u64()),
             (Some("no_driver"), Some(0))
         );
-        let v = json_of(&[], &healthy_open_host(), &o);
+        let v = json_of(&healthy_open_host(), &o);
         assert_eq!(v["status"], "healthy");
+        assert_eq!(v["symptom"], Value::Null);
         assert_eq!(v["findings"], json!([]));
         assert_eq!(v["observations"]["pid"], Value::Null);
     }
 
     #[test]
     fn exit_codes() {
-        let e = motivating_host();
-        let f = |sev: Severity| Finding {
-            rule: "slow_init".into(),
-            title: "t".into(),
-            severity: sev,
-            confidence: Confidence::Low,
-            basis: Default::default(),
-            evidence: vec![],
-            unchecked: vec![],
-            fix: vec![],
-            runbook: "docs/runbooks/slow_init.md".into(),
-            tell_apart: None,
-        };
-        assert_eq!(exit_code(&[]), EXIT_HEALTHY);
-        assert_eq!(exit_code(&[f(Severity::Info)]), EXIT_HEALTHY);
-        assert_eq!(
-            exit_code(&[f(Severity::Info), f(Severity::Warning)]),
-            EXIT_WARNING
-        );
-        assert_eq!(
-            exit_code(&[f(Severity::Warning), f(Severity::Critical)]),
-            EXIT_CRITICAL
-        );
-        assert_eq!(status(&[f(Severity::Info)], &e), "info");
+        assert_eq!(exit_code(None), EXIT_HEALTHY);
+        assert_eq!(exit_code(Some(Severity::Info)), EXIT_HEALTHY);
+        assert_eq!(exit_code(Some(Severity::Warning)), EXIT_WARNING);
+        assert_eq!(exit_code(Some(Severity::Critical)), EXIT_CRITICAL);
         assert_ne!(EXIT_COULD_NOT_RUN, EXIT_CRITICAL);
+        // A slow start is an info: healthy exit, status info.
+        let o = watched().cuinit(0, 12.0).opens(4);
+        let e = healthy_open_host().smi(|s| s.persistence_mode = vec!["Disabled".into()]);
+        with(&e, &o, |r| {
+            assert_eq!((r.status(), r.exit_code()), ("info", EXIT_HEALTHY));
+        });
     }
 
     #[test]
     fn a_driver_that_sees_no_gpu_is_never_healthy_nor_nothing_to_diagnose() {
         use uvmwatch_testbed::snapshot::{driver_refused_no_gpu, gpuless_535, gpuless_550};
-        for (what, spec, headline) in [
-            (
-                "550 loaded without a GPU",
-                gpuless_550(),
-                "CRITICAL no_gpu: the NVIDIA driver 550.163.01 is loaded but sees no GPU",
-            ),
-            (
-                "535 loaded without a GPU",
-                gpuless_535(),
-                "CRITICAL no_gpu: the NVIDIA driver 535.261.03 is loaded but sees no GPU",
-            ),
-            (
-                "driver refused to load",
-                driver_refused_no_gpu(),
-                "CRITICAL no_gpu: the NVIDIA driver refused to load: it found no NVIDIA GPU",
-            ),
+        for (what, spec) in [
+            ("550 loaded without a GPU", gpuless_550()),
+            ("535 loaded without a GPU", gpuless_535()),
+            ("driver refused to load", driver_refused_no_gpu()),
         ] {
             let e = snapshot_evidence(&spec);
-            let findings = diagnose(&e, &plain());
-            let text = text_of(&findings, &e, false);
+            let text = text_of(&e, &plain(), false);
             assert!(
-                text.starts_with("uvmwatch doctor: 1 critical (worst first)\n"),
+                text.starts_with("uvmwatch doctor: CRITICAL: "),
                 "{what}: {text}"
             );
-            assert!(text.contains(headline), "{what}: {text}");
+            assert!(text.contains("leading cause: no_gpu"), "{what}: {text}");
             assert!(!text.contains("healthy"), "{what}: {text}");
             assert!(!text.contains("nothing to diagnose"), "{what}: {text}");
-            let v = json_of(&findings, &e, &plain());
+            let v = json_of(&e, &plain());
             assert_eq!(
                 (v["status"].as_str(), v["exit_code"].as_u64()),
                 (Some("critical"), Some(u64::from(EXIT_CRITICAL))),
                 "{what}"
             );
         }
-        // The new facts in the JSON document, as documented.
         let e = snapshot_evidence(&gpuless_550());
-        let v = json_of(&[], &e, &plain());
+        let v = json_of(&e, &plain());
         assert_eq!(v["evidence"]["gpus"]["value"]["Ok"], json!([]));
-        assert_eq!(v["evidence"]["gpus"]["source"], "/proc/driver/nvidia/gpus");
         assert_eq!(
             v["evidence"]["smi_outcome"]["value"]["Ok"],
             json!({"verdict": "no_gpu", "status": "exit status 255",
                    "message": "Failed to initialize NVML: No supported GPUs were found"})
         );
-        let e = snapshot_evidence(&driver_refused_no_gpu());
-        let v = json_of(&[], &e, &plain());
-        assert_eq!(
-            v["evidence"]["kernel_log"]["value"]["Ok"]["no_gpu"][0],
-            "[    3.499020] NVRM: No NVIDIA GPU found."
-        );
-        assert_eq!(
-            v["evidence"]["smi_outcome"]["value"]["Ok"]["verdict"],
-            "no_driver"
-        );
-    }
-
-    /// A report of `findings` with observations `o` read from a snapshot's file.
-    fn from_snapshot<'a>(
-        findings: &'a [Finding],
-        e: &'a Evidence,
-        o: &'a Observations,
-        src: &'a ObservationsSource,
-    ) -> Report<'a> {
-        Report {
-            findings,
-            evidence: e,
-            observations: o,
-            source: src,
-            snapshot_problems: &[],
-        }
     }
 
     fn saved(o: &Observations) -> Option<anyhow::Result<crate::doctor::bundle::SavedObservations>> {
@@ -768,38 +710,47 @@ mod tests {
         }))
     }
 
+    /// The report of `e` with the observations and source of a snapshot's file.
+    fn from_snapshot<T>(
+        e: &Evidence,
+        (o, src): (Observations, ObservationsSource),
+        f: impl FnOnce(&Report) -> T,
+    ) -> T {
+        let d = diagnose(e, &o);
+        f(&Report {
+            differential: &d,
+            evidence: e,
+            observations: &o,
+            source: &src,
+            snapshot_problems: &[],
+        })
+    }
+
     #[test]
     fn the_report_says_which_observations_it_judged() {
         let e = motivating_host();
-        let (o, src) = ObservationsSource::choose(None, saved(&register_gpu_no_memory()));
-        let findings = crate::doctor::observed::judge(&e, &o);
-        let r = from_snapshot(&findings, &e, &o, &src);
-        let text = render_text(&r, false);
-        assert!(
-            text.starts_with(
-                "uvmwatch doctor: 1 critical (worst first)\n  judged with the probes' \
-                 observations of pid 4242 (cuInit returned 3 (CUDA_ERROR_NOT_INITIALIZED) after \
-                 0.41 s, failed call UVM_REGISTER_GPU on /dev/nvidia-uvm -> NV_ERR_NO_MEMORY, 4 \
-                 device opens), from the snapshot's observations.json (format 1)\n\nCRITICAL \
-                 hmm_setup_failure"
-            ),
-            "{text}"
-        );
-        let v = render_json(&r);
-        assert_eq!(v["observations_source"]["from"], "snapshot");
-        assert_eq!(
-            v["observations_source"]["snapshot_file"],
-            json!({"path": "observations.json", "format": 1, "used": true, "error": null,
-                   "ignored_fields": []})
-        );
-        assert!(v["observations_source"]["summary"]
-            .as_str()
-            .unwrap()
-            .starts_with("judged with the probes' observations of pid 4242"));
-        assert_eq!((v["status"].as_str(), r.exit_code()), (Some("critical"), 2));
-
-        // Without observations.
-        let v = json_of(&[], &healthy_open_host(), &plain());
+        let chosen = ObservationsSource::choose(None, saved(&register_gpu_no_memory()));
+        from_snapshot(&e, chosen, |r| {
+            let text = render_text(r, false);
+            assert!(
+                text.contains(
+                    "  judged with the probes' observations of pid 4242 (cuInit returned 3 \
+                     (CUDA_ERROR_NOT_INITIALIZED) after 0.41 s, failed call UVM_REGISTER_GPU on \
+                     /dev/nvidia-uvm -> NV_ERR_NO_MEMORY, 4 device opens), from the snapshot's \
+                     observations.json (format 1)\n"
+                ),
+                "{text}"
+            );
+            let v = render_json(r);
+            assert_eq!(v["observations_source"]["from"], "snapshot");
+            assert_eq!(
+                v["observations_source"]["snapshot_file"],
+                json!({"path": "observations.json", "format": 1, "used": true, "error": null,
+                       "ignored_fields": []})
+            );
+            assert_eq!((v["status"].as_str(), r.exit_code()), (Some("critical"), 2));
+        });
+        let v = json_of(&healthy_open_host(), &plain());
         assert_eq!(
             v["observations_source"],
             json!({"from": "none", "snapshot_file": null,
@@ -809,68 +760,55 @@ mod tests {
 
     #[test]
     fn unusable_observations_make_the_report_incomplete_not_healthy() {
-        let e = healthy_open_host();
-        let (o, src) = ObservationsSource::choose(
-            None,
-            Some(Err(anyhow::anyhow!("not valid JSON: EOF while parsing"))),
-        );
-        let findings = crate::doctor::observed::judge(&e, &o);
-        assert!(findings.is_empty());
-        let r = from_snapshot(&findings, &e, &o, &src);
-        let text = render_text(&r, false);
-        assert!(
-            text.starts_with(
-                "uvmwatch doctor: unknown: no known cause found in the static facts; the \
-                 diagnosis is incomplete.\n  only static facts were judged: the snapshot's \
-                 observations.json could not be used (not valid JSON: EOF while parsing)\n  \
-                 driver: 590.48.01"
-            ),
-            "{text}"
-        );
-        assert!(!text.contains("healthy"), "{text}");
-        assert_eq!((r.status(), r.exit_code()), ("unknown", EXIT_COULD_NOT_RUN));
-        let v = render_json(&r);
-        assert_eq!(v["status"], "unknown");
-        assert_eq!(v["exit_code"], 3);
-        assert_eq!(
-            v["observations_source"]["snapshot_file"]["error"],
-            "not valid JSON: EOF while parsing"
-        );
-        assert_eq!(v["observations_source"]["snapshot_file"]["used"], false);
-
-        // A static warning: still unknown (3); a critical finding: critical (2).
-        let e = motivating_host();
-        let findings = crate::doctor::observed::judge(&e, &o);
-        assert_eq!(findings[0].severity, Severity::Warning);
-        let r = from_snapshot(&findings, &e, &o, &src);
-        assert_eq!((r.status(), r.exit_code()), ("unknown", 3));
-        assert!(render_text(&r, false).starts_with(
-            "uvmwatch doctor: 1 warning (worst first); diagnosis incomplete\n  only static \
-             facts were judged: the snapshot's observations.json could not be used (not valid \
-             JSON: EOF while parsing)\n"
-        ));
+        let bad = || {
+            ObservationsSource::choose(
+                None,
+                Some(Err(anyhow::anyhow!("not valid JSON: EOF while parsing"))),
+            )
+        };
+        from_snapshot(&healthy_open_host(), bad(), |r| {
+            let text = render_text(r, false);
+            assert!(
+                text.starts_with(
+                    "uvmwatch doctor: unknown: no known cause found in the static facts; the \
+                     diagnosis is incomplete.\n  only static facts were judged: the snapshot's \
+                     observations.json could not be used (not valid JSON: EOF while parsing)\n  \
+                     driver: 590.48.01"
+                ),
+                "{text}"
+            );
+            assert!(!text.contains("healthy"), "{text}");
+            assert_eq!((r.status(), r.exit_code()), ("unknown", EXIT_COULD_NOT_RUN));
+            let v = render_json(r);
+            assert_eq!(v["status"], "unknown");
+            assert_eq!(v["exit_code"], 3);
+            assert_eq!(v["observations_source"]["snapshot_file"]["used"], false);
+        });
+        // A hazard (a warning): still unknown (3); a critical host symptom: critical (2).
+        from_snapshot(&motivating_host(), bad(), |r| {
+            assert_eq!((r.status(), r.exit_code()), ("unknown", 3));
+            assert!(render_text(r, false).contains("; diagnosis incomplete\n"));
+        });
         let e = motivating_host().container("lxc", Some(&["c 195:* rwm"]));
-        let findings = crate::doctor::observed::judge(&e, &o);
-        let r = from_snapshot(&findings, &e, &o, &src);
-        assert_eq!((r.status(), r.exit_code()), ("critical", 2));
+        from_snapshot(&e, bad(), |r| {
+            assert_eq!((r.status(), r.exit_code()), ("critical", 2));
+        });
     }
 
     #[test]
-    fn an_observed_failure_no_rule_explains_is_not_healthy() {
-        let e = healthy_open_host();
-        let (o, src) =
-            ObservationsSource::choose(None, saved(&watched().cuinit(999, 0.1).opens(4)));
-        let findings = crate::doctor::observed::judge(&e, &o);
-        let r = from_snapshot(&findings, &e, &o, &src);
-        let text = render_text(&r, false);
-        assert!(!text.contains("healthy"), "{text}");
-        assert!(
-            text.contains(
-                "CRITICAL unexplained_failure: a failure was observed that no rule explains: \
-                 cuInit returned 999 (CUDA_ERROR_UNKNOWN) (confidence: low)"
-            ),
-            "{text}"
-        );
-        assert_eq!((r.status(), r.exit_code()), ("critical", EXIT_CRITICAL));
+    fn a_failure_no_cause_explains_is_not_healthy() {
+        let chosen = ObservationsSource::choose(None, saved(&watched().cuinit(999, 0.1).opens(4)));
+        from_snapshot(&healthy_open_host(), chosen, |r| {
+            let text = render_text(r, false);
+            assert!(!text.contains("healthy"), "{text}");
+            assert!(
+                text.contains(
+                    "CRITICAL unexplained_failure: no known cause explains it: cuInit returned \
+                     999 (CUDA_ERROR_UNKNOWN) after 0.10 s (confidence: low)"
+                ),
+                "{text}"
+            );
+            assert_eq!((r.status(), r.exit_code()), ("critical", EXIT_CRITICAL));
+        });
     }
 }

@@ -21,8 +21,10 @@
 
 use serde_json::{json, Map, Value};
 
-use super::finding::{Finding, Severity};
+use super::cause::CauseId;
+use super::finding::{Finding, Severity, Standing};
 use super::report::Report;
+use super::signal::Sig;
 
 /// A node's readiness for CUDA work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,12 +71,13 @@ impl Verdict {
 /// NPD's default `max_output_length`.
 pub const NPD_MAX_OUTPUT: usize = 80;
 
-/// The one line an NPD plugin prints: the worst finding first (`<rule>: <title>`, and how
-/// many more), else what was judged; printable ASCII only (NPD cuts bytes, so a multi-byte
+/// The one line an NPD plugin prints: the leading cause and the symptom (`<cause>:
+/// <symptom>`, and how many causes are still possible), or the worst hazard (`<cause>:
+/// <title>`), else what was judged; printable ASCII only (NPD cuts bytes, so a multi-byte
 /// character could be split), at most `max` bytes.
 pub fn npd_message(r: &Report, max: usize) -> String {
     let serious: Vec<&Finding> = r
-        .findings
+        .findings()
         .iter()
         .filter(|f| f.severity >= Severity::Warning)
         .collect();
@@ -85,7 +88,11 @@ pub fn npd_message(r: &Report, max: usize) -> String {
                 1 => String::new(),
                 n => format!(" (+{} more)", n - 1),
             };
-            format!("{}: {}{more}", f.rule, f.title)
+            let what = match &r.differential.symptom {
+                Some(s) => s.what.as_str(),
+                None => f.title.as_str(),
+            };
+            format!("{}: {what}{more}", f.rule)
         }
         (_, None) if r.status() == "no_driver" => "no NVIDIA driver on this node".to_string(),
         (_, None) => "CUDA can start: no finding".to_string(),
@@ -119,10 +126,10 @@ pub const CHECK_NAME: &str = "UvmwatchCudaStartup";
 /// NVSentinel calls `CONTACT_SUPPORT`. Only values present in every version of the enum seen
 /// are used (0, 2, 5, 24).
 fn recommended_action(f: &Finding) -> &'static str {
-    match f.rule.as_str() {
-        "driver_hang" | "stale_after_suspend" => "RESTART_BM",
-        "adapter_init_failure" if f.title.contains("Xid 79") => "RESTART_BM",
-        "adapter_init_failure" => "COMPONENT_RESET",
+    match f.rule {
+        CauseId::DriverHang | CauseId::StaleAfterSuspend => "RESTART_BM",
+        CauseId::AdapterInitFailure if f.rests_on(Sig::GpuFellOffBus) => "RESTART_BM",
+        CauseId::AdapterInitFailure => "COMPONENT_RESET",
         _ => "CONTACT_SUPPORT",
     }
 }
@@ -189,7 +196,7 @@ pub fn health_events(r: &Report, node: &str, generated: &str, processing: Proces
         m.insert("status".into(), json!(r.status()));
     };
     let mut events: Vec<Value> = r
-        .findings
+        .findings()
         .iter()
         .filter(|f| f.severity >= Severity::Warning)
         .map(|f| {
@@ -197,6 +204,20 @@ pub fn health_events(r: &Report, node: &str, generated: &str, processing: Proces
             base(&mut m);
             m.insert("severity".into(), json!(f.severity.as_str()));
             m.insert("confidence".into(), json!(f.confidence.as_str()));
+            m.insert("standing".into(), json!(f.standing.as_str()));
+            if let Some(s) = &r.differential.symptom {
+                m.insert("symptom".into(), json!(s.what));
+            }
+            if f.standing == Standing::Leading {
+                let ruled: Vec<String> = r
+                    .differential
+                    .ruled_out
+                    .iter()
+                    .map(|o| format!("{}: {}", o.rule, o.why))
+                    .collect();
+                // NVSentinel's metadata is a map of strings.
+                m.insert("ruled_out".into(), json!(ruled.join("; ")));
+            }
             m.insert("runbook".into(), json!(f.runbook));
             if let Some(step) = f.fix.first() {
                 m.insert("fix".into(), json!(step.note));
@@ -204,9 +225,12 @@ pub fn health_events(r: &Report, node: &str, generated: &str, processing: Proces
             event(
                 false,
                 f.severity == Severity::Critical,
-                format!("{}: {}", f.rule, f.title),
+                match &r.differential.symptom {
+                    Some(s) => format!("{}: {} ({})", f.rule, s.what, f.standing.as_str()),
+                    None => format!("{}: {}", f.rule, f.title),
+                },
                 recommended_action(f),
-                vec![f.rule.clone()],
+                vec![f.rule.as_str().to_string()],
                 m,
             )
         })
@@ -224,9 +248,10 @@ pub fn health_events(r: &Report, node: &str, generated: &str, processing: Proces
 
 #[cfg(test)]
 mod tests {
+    use super::super::engine::diagnose;
     use super::super::facts::{Evidence, Observations};
     use super::super::fixtures::*;
-    use super::super::observed::{judge, ObservationsSource};
+    use super::super::observed::ObservationsSource;
     use super::*;
 
     /// The verdict forms of a diagnosis of `e` with `o` (probed unless empty), with
@@ -237,14 +262,14 @@ mod tests {
         problems: &[String],
         f: impl FnOnce(&Report) -> T,
     ) -> T {
-        let findings = judge(e, o);
+        let d = diagnose(e, o);
         let src = if *o == plain() {
             ObservationsSource::none()
         } else {
             ObservationsSource::choose(Some(o.clone()), None).1
         };
         f(&Report {
-            findings: &findings,
+            differential: &d,
             evidence: e,
             observations: o,
             source: &src,
@@ -259,10 +284,10 @@ mod tests {
         });
         assert_eq!((v, v.npd_exit(), v.gate_exit()), (Verdict::NotReady, 1, 1));
         assert!(
-            line.starts_with("hmm_setup_failure: nvidia_uvm HMM set-up failed"),
+            line.starts_with("hmm_setup_failure: cuInit returned 3 (CUDA_ERROR_NOT_INITIALIZED)"),
             "{line}"
         );
-        assert_eq!(line.len(), NPD_MAX_OUTPUT, "{line}");
+        assert!(line.len() <= NPD_MAX_OUTPUT, "{line}");
         let (v, line) = with_report(&healthy_open_host(), &plain(), &[], |r| {
             (Verdict::of(r), npd_message(r, NPD_MAX_OUTPUT))
         });

@@ -17,8 +17,9 @@ pub use crate::clock::Clock;
 pub use crate::host::identity::Process;
 use crate::{
     doctor::{
+        engine::Differential,
         facts::SeenCall,
-        finding::{Finding, Severity},
+        finding::{Finding, Severity, Standing},
     },
     kernel::registry::{ProbeSpec, ProbeState},
 };
@@ -561,18 +562,21 @@ impl Trigger {
     }
 }
 
-/// One finding of a diagnosis.
+/// One finding of a differential, with the differential it is part of (its symptom, the
+/// other causes, those ruled out).
 #[derive(Clone, Debug)]
 pub struct Diagnosis {
     pub finding: Arc<Finding>,
     pub trigger: Trigger,
+    pub differential: Arc<Differential>,
 }
 
-/// The findings that `uvmwatch_diagnosis` shows: active ones at 1, cleared ones at 0.
+/// The findings that `uvmwatch_diagnosis` shows: active ones at 1, cleared ones at 0, each
+/// as (cause, severity, standing).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ActiveFindings {
-    pub active: Vec<(String, Severity)>,
-    pub cleared: Vec<(String, Severity)>,
+    pub active: Vec<(String, Severity, Standing)>,
+    pub cleared: Vec<(String, Severity, Standing)>,
 }
 
 /// The agent is running.
@@ -869,7 +873,8 @@ pub(crate) mod testing {
         )
     }
 
-    /// A finding about `p` (a stall's, unless `trigger` says otherwise).
+    /// A finding about `p` (a stall's, unless `trigger` says otherwise), alone in its
+    /// differential.
     pub fn diagnosis(p: &Arc<Process>, ts_ns: u64, finding: &Finding, trigger: Trigger) -> Event {
         at(
             p,
@@ -878,6 +883,11 @@ pub(crate) mod testing {
             Kind::Diagnosis(Diagnosis {
                 finding: Arc::new(finding.clone()),
                 trigger,
+                differential: Arc::new(Differential {
+                    symptom: None,
+                    findings: vec![finding.clone()],
+                    ruled_out: Vec::new(),
+                }),
             }),
         )
     }

@@ -23,6 +23,11 @@ pub struct DriverInfo {
     pub version: String,
     /// true for "NVIDIA UNIX Open Kernel Module", false for the proprietary module.
     pub open_module: bool,
+    /// The CPU architecture the module was built for, as the line names it (`x86_64`,
+    /// `aarch64`, `ppc64le`): `Open Kernel Module for <arch>` or `NVIDIA UNIX <arch>
+    /// Kernel Module` (`nv-procfs.c`); `None` when the line names none.
+    #[serde(default)]
+    pub arch: Option<String>,
     /// The line as read.
     pub line: String,
 }
@@ -61,9 +66,19 @@ pub fn parse_driver_version(text: &str) -> Result<DriverInfo, String> {
                 && w.chars().all(|c| c.is_ascii_digit() || c == '.')
         })
         .ok_or_else(|| format!("no version number in {}", quote(line)))?;
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let arch = words
+        .windows(2)
+        .find_map(|w| match w {
+            ["for", a] if line.contains("Open Kernel Module") => Some(*a),
+            ["UNIX", a] if *a != "Open" => Some(*a),
+            _ => None,
+        })
+        .map(str::to_string);
     Ok(DriverInfo {
         version: version.to_string(),
         open_module: line.contains("Open Kernel Module"),
+        arch,
         line: line.to_string(),
     })
 }
@@ -106,6 +121,7 @@ mod tests {
         assert_eq!(open.version, "590.48.01");
         assert!(open.open_module);
         assert!(open.line.starts_with("NVRM version: NVIDIA UNIX Open"));
+        assert_eq!(open.arch.as_deref(), Some("x86_64"));
         assert!(!open.line.contains("GCC"));
 
         let prop = parse_driver_version(
@@ -114,12 +130,14 @@ mod tests {
         .unwrap();
         assert_eq!(prop.version, "535.183.01");
         assert!(!prop.open_module);
+        assert_eq!(prop.arch.as_deref(), Some("x86_64"));
 
         let arm = parse_driver_version(
             "NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  570.124.06  Release Build  (dvs-builder@U16-T02-35-3)  Wed Feb 26 01:38:54 UTC 2025",
         )
         .unwrap();
         assert_eq!(arm.version, "570.124.06");
+        assert_eq!(arm.arch.as_deref(), Some("aarch64"));
 
         assert!(parse_driver_version("").is_err());
         assert!(parse_driver_version("GCC version: 12").is_err());

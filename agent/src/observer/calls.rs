@@ -8,7 +8,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::{
-    doctor::{facts::SeenCall, rules::is_gpu_node},
+    doctor::{facts::SeenCall, signal::is_gpu_node},
     event::{CallSummary, FailedStep, Ioctl, Open},
 };
 

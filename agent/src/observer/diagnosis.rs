@@ -1,12 +1,16 @@
-//! Live diagnosis: the doctor's rules run on the host's facts plus what the probes saw.
+//! Live diagnosis: the doctor's one engine (`doctor::engine`) on the host's facts plus what
+//! the probes saw, so that the agent and `uvmwatch doctor` give the same differential on the
+//! same evidence.
 //!
 //! The facts ([`Evidence`]) are read at start and every `--evidence-refresh` in a thread of
 //! their own (`uvmwatch-evidence`), from this machine, below `--host-root`, or from a
-//! snapshot (`--evidence-root`); the agent never opens GPU nodes to read them. Rules on the
-//! facts alone run at start and whenever the facts change ("static" findings, trigger
-//! `evidence`). A failed `cuInit`, a failed device open, a stall, a failed context creation
-//! or `cuDeviceGetCount`, and a device count below the GPUs the process has are judged with what the probes saw of that process ([`observations`]); their findings
-//! ride on that event and stay active in `uvmwatch_diagnosis` for `--diagnosis-ttl`.
+//! snapshot (`--evidence-root`); the agent never opens GPU nodes to read them. The engine on
+//! the facts alone runs at start and whenever the facts change ("static" findings: the
+//! host's recorded symptom and its causes, or its hazards; trigger `evidence`). A failed
+//! `cuInit`, a failed device open, a stall, a failed context creation or `cuDeviceGetCount`,
+//! and a device count below the GPUs the process has are diagnosed with what the probes saw
+//! of that process ([`observations`]): the differential's findings ride on that event and
+//! stay active in `uvmwatch_diagnosis` for `--diagnosis-ttl`.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -21,17 +25,18 @@ use tempfile::TempDir;
 use crate::{
     doctor::{
         bundle, collect,
+        engine::{self, Differential},
         facts::{Evidence, Observations, SeenCall},
-        finding::{Basis, Finding, Severity},
+        finding::{Finding, Severity, Standing},
         root::Root,
-        rules,
+        signal,
     },
     event::{ActiveFindings, CallKind, Event, Kind, Trigger},
     kernel::registry::AbsenceFacts,
 };
 
-/// A rule and severity, the labels of `uvmwatch_diagnosis`.
-type Key = (String, Severity);
+/// A cause, its severity and its standing: the labels of `uvmwatch_diagnosis`.
+type Key = (String, Severity, Standing);
 
 /// The live diagnosis state.
 pub struct Diagnosis {
@@ -97,10 +102,8 @@ impl Diagnosis {
     /// (re-)evaluating them. Call at start, and when [`Diagnosis::refresh`] says the facts
     /// changed.
     pub fn static_findings(&mut self, now_ns: u64) -> Vec<Event> {
-        self.static_findings = rules::diagnose(&self.evidence, &Observations::default())
-            .into_iter()
-            .map(Arc::new)
-            .collect();
+        let d = Arc::new(engine::diagnose(&self.evidence, &Observations::default()));
+        self.static_findings = d.findings.iter().cloned().map(Arc::new).collect();
         self.static_findings
             .iter()
             .map(|f| {
@@ -109,6 +112,7 @@ impl Diagnosis {
                     Kind::Diagnosis(crate::event::Diagnosis {
                         finding: f.clone(),
                         trigger: Trigger::Evidence,
+                        differential: d.clone(),
                     }),
                 )
             })
@@ -125,9 +129,9 @@ impl Diagnosis {
 
     /// Whether a device count `cuDeviceGetCount` returned is below the GPUs the process has
     /// (`gpu_nodes` in its root, else the GPUs the facts list; see
-    /// [`rules::device_count_disagrees`]): such a count is judged.
+    /// [`signal::device_count_disagrees`]): such a count is diagnosed.
     pub fn device_count_disagrees(&self, count: i32, gpu_nodes: Option<u32>) -> bool {
-        rules::device_count_disagrees(self.evidence.smi.get(), gpu_nodes, count).is_some()
+        signal::device_count_disagrees(self.evidence.smi.get(), gpu_nodes, count).is_some()
     }
 
     /// Takes facts the reader thread sent; `true` when they differ from the current ones.
@@ -142,13 +146,17 @@ impl Diagnosis {
         changed
     }
 
-    /// Judges an event that can have a cause (a failed `cuInit`, a slow successful one that
-    /// did not stall, a failed open, a stall): attaches the findings that rest on what the
-    /// probes saw ([`Basis::Observed`]) to it and keeps them active for the TTL. A finding
-    /// from the host's state alone is not attached: it is no explanation of this event, and
-    /// it stays what it is, a static finding (trigger `evidence`). `unavailable` lists the
-    /// probes not attached (`label: why`), for what the rules could not check.
-    pub fn judge(&mut self, ev: &mut Event, unavailable: impl FnOnce() -> Vec<String>) {
+    /// Diagnoses an event that can have a cause (a failed `cuInit`, a slow successful one
+    /// that did not stall, a failed open, a stall): the engine's differential of what the
+    /// probes saw of its process, whose symptom is then this event; its findings are
+    /// attached to the event and kept active for the TTL, and the differential is returned
+    /// for the per-finding records. `unavailable` lists the probes not attached (`label:
+    /// why`), for what the causes could not check.
+    pub fn diagnose_event(
+        &mut self,
+        ev: &mut Event,
+        unavailable: impl FnOnce() -> Vec<String>,
+    ) -> Option<Arc<Differential>> {
         if let Kind::CuinitEnd(c) = &ev.kind {
             let secs = ev.ts_ns.saturating_sub(c.start_ns) as f64 / 1e9;
             // A success is judged only when it may be slow, in all or in its first GPU
@@ -156,24 +164,23 @@ impl Diagnosis {
             let slow_open = c
                 .call
                 .first_gpu_open_seconds
-                .is_some_and(|s| s >= rules::SLOW_FIRST_OPEN_SECONDS);
+                .is_some_and(|s| s >= signal::SLOW_FIRST_OPEN_SECONDS);
             if c.code == 0
-                && (c.call.stalled || (secs < rules::SLOW_INIT_BASE_SECONDS && !slow_open))
+                && (c.call.stalled || (secs < signal::SLOW_INIT_BASE_SECONDS && !slow_open))
             {
-                return;
+                return None;
             }
         }
-        let Some(obs) = observations(ev, unavailable) else {
-            return;
-        };
-        let findings: Vec<Arc<Finding>> = rules::diagnose(&self.evidence, &obs)
-            .into_iter()
-            .filter(|f| f.basis == Basis::Observed)
-            .map(Arc::new)
-            .collect();
+        let obs = observations(ev, unavailable)?;
+        let d = engine::diagnose(&self.evidence, &obs);
+        // No symptom of this process (an open that failed for a reason the probes could
+        // not tell, say): nothing to attach; the host's own state is the static findings'.
+        d.symptom.as_ref()?;
+        let findings: Vec<Arc<Finding>> = d.findings.iter().cloned().map(Arc::new).collect();
         let until = ev.ts_ns + self.ttl_ns;
         for f in &findings {
-            self.incidents.insert((f.rule.clone(), f.severity), until);
+            self.incidents
+                .insert((f.rule.as_str().to_string(), f.severity, f.standing), until);
         }
         match &mut ev.kind {
             Kind::CuinitEnd(c) => c.findings = findings,
@@ -182,6 +189,7 @@ impl Diagnosis {
             Kind::ContextCall(c) => c.findings = findings,
             _ => {}
         }
+        Some(Arc::new(d))
     }
 
     /// The findings active now (static ones, and incidents within their TTL) when that set
@@ -195,7 +203,7 @@ impl Diagnosis {
             .chain(
                 self.static_findings
                     .iter()
-                    .map(|f| (f.rule.clone(), f.severity)),
+                    .map(|f| (f.rule.as_str().to_string(), f.severity, f.standing)),
             )
             .collect();
         if now == self.active {

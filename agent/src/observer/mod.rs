@@ -374,15 +374,17 @@ impl<K: KernelSide> Observer<K> {
 
     /// Judges an event that can have a cause, hands it on, then its findings one by one.
     fn emit(&mut self, mut ev: Event) {
-        if let Some(d) = self.diagnosis.as_mut() {
+        let differential = self.diagnosis.as_mut().and_then(|d| {
             let kernel = &self.kernel;
-            d.judge(&mut ev, || unavailable_probes(kernel));
-        }
+            d.diagnose_event(&mut ev, || unavailable_probes(kernel))
+        });
         let findings = ev.findings().to_vec();
         let trigger = diagnosis::trigger_of(&ev);
         let (ts, process) = (ev.ts_ns, ev.process.clone());
         self.dispatch(ev);
-        let Some(trigger) = trigger.filter(|_| !findings.is_empty()) else {
+        let (Some(trigger), Some(differential)) =
+            (trigger.filter(|_| !findings.is_empty()), differential)
+        else {
             return;
         };
         let pid = process.as_ref().map(|p| p.pid).unwrap_or(0);
@@ -392,7 +394,11 @@ impl<K: KernelSide> Observer<K> {
                 process: process.clone(),
                 tid: pid,
                 comm: String::new(),
-                kind: Kind::Diagnosis(crate::event::Diagnosis { finding, trigger }),
+                kind: Kind::Diagnosis(crate::event::Diagnosis {
+                    finding,
+                    trigger,
+                    differential: differential.clone(),
+                }),
             });
         }
         self.update_active(ts);

@@ -327,7 +327,7 @@ fn a_failed_cuinit_carries_what_it_did_and_its_diagnosis_then_its_findings() {
     let Kind::ActiveFindings(a) = &after.last().unwrap().kind else {
         panic!()
     };
-    assert!(a.active.iter().any(|(r, _)| r == "hmm_setup_failure"));
+    assert!(a.active.iter().any(|(r, _, _)| r == "hmm_setup_failure"));
 }
 
 /// The kernel side reads statuses with the layouts of the facts' driver (the incident host
@@ -488,9 +488,7 @@ fn a_successful_cuinit_with_a_slow_first_gpu_open_is_judged_slow() {
     assert_eq!(ends[0].call.first_gpu_open_seconds, Some(1.5));
     let rules: Vec<&str> = ends[0].findings.iter().map(|f| f.rule.as_str()).collect();
     assert_eq!(rules, ["slow_init"], "{:#?}", ends[0].findings);
-    assert!(ends[0].findings[0]
-        .title
-        .contains("first GPU open took 1.5 s"));
+    assert!(ends[0].findings[0].rests_on(crate::doctor::signal::Sig::FirstGpuOpenSlow));
     assert!(ends[1].findings.is_empty(), "{:#?}", ends[1].findings);
 }
 
@@ -991,19 +989,17 @@ fn a_cuinit_999_on_a_driver_without_a_gpu_is_named_no_gpu() {
     assert_eq!(rules, ["no_gpu"]);
     let f = &end.findings[0];
     assert_eq!(f.basis, Basis::Observed);
+    // The driver registered no GPU: the cause's decisive signal.
     assert!(
-        f.title.starts_with(
-            "cuInit returned 999: the NVIDIA driver 550.163.01 is loaded but sees no GPU"
-        ),
-        "{}",
-        f.title
+        f.rests_on(crate::doctor::signal::Sig::DriverRegisteredNoGpu),
+        "{f:#?}"
     );
     let ev = f.evidence_text();
     for needle in [
-        "cuInit returned=999 (CUDA_ERROR_UNKNOWN) after 0.080 s [probe:cuInit]",
-        "NV_ESC_RM_CONTROL on /dev/nvidiactl -> NV_ERR_INVALID_LOCK_STATE",
-        "[probe:ioctl]",
-        "GPUs registered=empty: the driver registered no GPU [/proc/driver/nvidia/gpus]",
+        "symptom=cuInit returned 999 (CUDA_ERROR_UNKNOWN) after 0.08 s; inside it: \
+         NV_ESC_RM_CONTROL on /dev/nvidiactl -> NV_ERR_INVALID_LOCK_STATE",
+        "[probe:cuInit]",
+        "driver_registered_no_gpu=empty: the driver registered no GPU [/proc/driver/nvidia/gpus]",
         "Failed to initialize NVML: No supported GPUs were found (exit status 255) [nvidia-smi -q]",
     ] {
         assert!(ev.contains(needle), "{needle}: {ev}");

@@ -166,7 +166,8 @@ pub(crate) fn story() -> Capture {
         r.record(&at(w, t0 + 3 * S + 60 * MS, stall), 0);
     }
     let finding = Finding {
-        rule: "uvm_register_gpu_hang".into(),
+        rule: CauseId::HmmSetupFailure,
+        standing: Standing::Leading,
         title: "cuInit hangs registering the GPU with nvidia-uvm".into(),
         severity: Severity::Critical,
         confidence: Confidence::High,
@@ -174,12 +175,17 @@ pub(crate) fn story() -> Capture {
         evidence: vec![],
         unchecked: vec![],
         fix: vec![],
-        runbook: "docs/runbooks/uvm_register_gpu_hang.md".into(),
+        runbook: "docs/runbooks/hmm_setup_failure.md".into(),
         tell_apart: None,
     };
     let d = Kind::Diagnosis(Diagnosis {
-        finding: Arc::new(finding),
+        finding: Arc::new(finding.clone()),
         trigger: Trigger::Stall,
+        differential: Arc::new(Differential {
+            symptom: None,
+            findings: vec![finding],
+            ruled_out: Vec::new(),
+        }),
     });
     r.record(&at(4242, t0 + 3 * S + 61 * MS, d), 0);
     let scan = Event::agent(
@@ -249,12 +255,10 @@ pub(crate) fn check_story_view(view: &View, c: &Capture) {
     assert_eq!(stall.tid, Some(4250));
     assert_eq!(stall.args["wchan"], "uvm_gpu_retain_by_uuid");
     assert_eq!(stall.args["age_ms"], 1060);
-    let d = view
-        .instant(4242, "diagnosis: uvm_register_gpu_hang")
-        .unwrap();
+    let d = view.instant(4242, "diagnosis: hmm_setup_failure").unwrap();
     assert_eq!(d.tid, None);
     assert_eq!(d.args["severity"], "critical");
-    assert_eq!(d.args["runbook"], "docs/runbooks/uvm_register_gpu_hang.md");
+    assert_eq!(d.args["runbook"], "docs/runbooks/hmm_setup_failure.md");
     let f = view.instant(4242, "failed: NV_ESC_RM_CONTROL").unwrap();
     assert_eq!(f.args["result"], "NV_ERR_INVALID_ARGUMENT");
     assert_eq!(

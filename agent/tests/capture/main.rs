@@ -39,7 +39,11 @@ use std::{
 use serde_json::Value;
 use uvmwatch::{
     clock::Clock,
-    doctor::finding::{Confidence, Finding, Severity},
+    doctor::{
+        cause::CauseId,
+        engine::Differential,
+        finding::{Confidence, Finding, Severity, Standing},
+    },
     event::{
         CallKind, CallSummary, CuinitEnd, Diagnosis, Event, Inside, Ioctl, Kind, Open, Process,
         Scan, Seen, Stall, ThreadSnapshot, Trigger,

@@ -12,6 +12,16 @@ use super::{parse_fact, read_fact, FactExt};
 /// `/proc/sys/kernel/osrelease` (`uname -r`).
 pub const OSRELEASE_PATH: &str = "/proc/sys/kernel/osrelease";
 
+/// `/proc/sys/kernel/arch` (`uname -m`).
+pub const ARCH_PATH: &str = "/proc/sys/kernel/arch";
+
+/// The kernel's lockdown level (securityfs).
+pub const LOCKDOWN_PATH: &str = "/sys/kernel/security/lockdown";
+
+/// UEFI's `SecureBoot` variable (EFI global variable GUID).
+pub const SECURE_BOOT_PATH: &str =
+    "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c";
+
 /// `/proc/config.gz` (`CONFIG_IKCONFIG_PROC`).
 pub const CONFIG_GZ_PATH: &str = "/proc/config.gz";
 
@@ -46,6 +56,59 @@ pub fn kernel_config_of(root: &Root) -> Fact<BTreeMap<String, String>> {
 pub(super) fn collect_kernel(root: &Root) -> Fact<KernelInfo> {
     let text = read_fact(root.read_to_string(OSRELEASE_PATH), OSRELEASE_PATH, None);
     parse_fact(text, parse_kernel_release)
+}
+
+/// The machine's architecture, [`ARCH_PATH`] (`x86_64`, `aarch64`), trimmed; a kernel
+/// before it existed leaves it unknown.
+pub(super) fn collect_arch(root: &Root) -> Fact<String> {
+    let text = read_fact(
+        root.read_to_string(ARCH_PATH),
+        ARCH_PATH,
+        Some("this kernel has no kernel.arch sysctl"),
+    );
+    parse_fact(text, |t| {
+        let a = t.trim();
+        if a.is_empty() || !a.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            Err(format!("not an architecture name: {}", quote(a)))
+        } else {
+            Ok(a.to_string())
+        }
+    })
+}
+
+/// The lockdown level: the bracketed word of [`LOCKDOWN_PATH`] (`none [integrity]
+/// confidentiality`).
+pub(super) fn collect_lockdown(root: &Root) -> Fact<String> {
+    let text = read_fact(
+        root.read_to_string(LOCKDOWN_PATH),
+        LOCKDOWN_PATH,
+        Some("no lockdown LSM, or securityfs not mounted"),
+    );
+    parse_fact(text, |t| {
+        t.split_whitespace()
+            .find_map(|w| w.strip_prefix('[')?.strip_suffix(']'))
+            .map(str::to_string)
+            .ok_or_else(|| format!("no bracketed level in {}", quote(t.trim())))
+    })
+}
+
+/// Secure Boot: the fifth byte of [`SECURE_BOOT_PATH`] (the first four are the variable's
+/// attributes), 1 when on.
+pub(super) fn collect_secure_boot(root: &Root) -> Fact<bool> {
+    match root.read_bytes(SECURE_BOOT_PATH) {
+        Ok(b) if b.len() >= 5 => Fact::ok(b[4] == 1, SECURE_BOOT_PATH),
+        Ok(b) => Fact::unavailable(
+            format!("malformed: {} bytes, 5 expected", b.len()),
+            SECURE_BOOT_PATH,
+        ),
+        Err(err) => Fact::unavailable(
+            super::why_unreadable(
+                &err,
+                Some("no EFI variables (booted without UEFI, or efivarfs not mounted)"),
+            ),
+            SECURE_BOOT_PATH,
+        ),
+    }
 }
 
 /// The [`KERNEL_CONFIG_KEYS`] from `/proc/config.gz`, else `/boot/config-<release>`; when

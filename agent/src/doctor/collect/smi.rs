@@ -100,7 +100,8 @@ pub const SMI_AMBIGUOUS_NO_GPU: &str = "Unknown Error";
 /// The format is indented `Key : value` lines (4 spaces a level); a line without ` : ` opens
 /// a section (`MIG Mode`, `Fabric`), and each `GPU <bus id>` line at the left margin starts
 /// a GPU. Per GPU it takes `Product Brand`, `Persistence Mode`, `Addressing Mode`,
-/// `Compute Mode`, `MIG Mode / Current` and `Fabric / State`; a GPU whose section lacks one
+/// `Compute Mode`, `MIG Mode / Current` and `Fabric / State`, and counts its `MIG Device`
+/// blocks; a GPU whose section lacks one
 /// (older drivers print no `Addressing Mode` or `Fabric`) gets an empty string there, so
 /// that the lists stay aligned with the GPUs. `Driver Version` comes from the top level.
 ///
@@ -108,6 +109,8 @@ pub const SMI_AMBIGUOUS_NO_GPU: &str = "Unknown Error";
 pub fn parse_smi(text: &str) -> Result<SmiInfo, String> {
     let mut info = SmiInfo::default();
     let mut gpus: Vec<BTreeMap<String, String>> = Vec::new();
+    // `MIG Device` blocks per GPU.
+    let mut mig_devices: Vec<u32> = Vec::new();
     // (indent, section name) of the open sections inside the current GPU.
     let mut stack: Vec<(usize, String)> = Vec::new();
     for raw in text.lines() {
@@ -120,6 +123,7 @@ pub fn parse_smi(text: &str) -> Result<SmiInfo, String> {
         let kv = split_smi_kv(content);
         if indent == 0 && kv.is_none() && content.starts_with("GPU ") {
             gpus.push(BTreeMap::new());
+            mig_devices.push(0);
             stack.clear();
             continue;
         }
@@ -139,7 +143,14 @@ pub fn parse_smi(text: &str) -> Result<SmiInfo, String> {
                         .or_insert_with(|| value.to_string());
                 }
             }
-            None if indent > 0 => stack.push((indent, content.to_string())),
+            None if indent > 0 => {
+                if indent == 4 && content == "MIG Device" {
+                    if let Some(n) = mig_devices.last_mut() {
+                        *n += 1;
+                    }
+                }
+                stack.push((indent, content.to_string()))
+            }
             None => {}
         }
     }
@@ -156,8 +167,10 @@ pub fn parse_smi(text: &str) -> Result<SmiInfo, String> {
     info.persistence_mode = field("Persistence Mode");
     info.compute_mode = field("Compute Mode");
     info.mig_mode = field("MIG Mode / Current");
+    info.mig_devices = mig_devices;
     info.fabric_state = field("Fabric / State");
     info.product_brand = field("Product Brand");
+    info.product_name = field("Product Name");
     Ok(info)
 }
 
@@ -186,14 +199,20 @@ mod tests {
         assert_eq!(info.mig_mode, ["Disabled", "Disabled"]);
         assert_eq!(info.fabric_state, ["Completed", "Completed"]);
         assert_eq!(info.product_brand, ["NVIDIA", "NVIDIA"]);
+        assert_eq!(info.mig_devices, [0, 0]);
 
         let mut odd = SmiGpu::h200(1);
         odd.mig_mode = "Enabled".into();
         odd.compute_mode = "Exclusive_Process".into();
         odd.fabric_state = Some("In Progress".into());
         odd.persistence_mode = "Disabled".into();
+        odd.mig_devices = 3;
         let info = parse_smi(&smi_q("590.48.01", &[SmiGpu::h200(0), odd])).unwrap();
         assert_eq!(info.mig_mode, ["Disabled", "Enabled"]);
+        // `MIG Device` blocks at the GPU's first level (a real 590 listing of an RTX PRO
+        // 6000 Blackwell with one instance has `    MIG Device` / `        Index : 0` /
+        // `        GPU Instance ID : 3` between `MIG Mode` and `FB Memory Usage`).
+        assert_eq!(info.mig_devices, [0, 3]);
         assert_eq!(info.compute_mode, ["Default", "Exclusive_Process"]);
         assert_eq!(info.fabric_state, ["Completed", "In Progress"]);
         assert_eq!(info.persistence_mode, ["Enabled", "Disabled"]);

@@ -622,7 +622,7 @@ mod tests {
         assert!(stall.ts_ns < hung.end_ns());
         assert_eq!(stall.arg("wchan"), Some(&Arg::from("request_wait_answer")));
         assert_eq!(stall.arg("age_ms"), Some(&Arg::Int(1060)));
-        let d = find(&c, "diagnosis: uvm_register_gpu_hang")[0];
+        let d = find(&c, "diagnosis: hmm_setup_failure")[0];
         assert_eq!(d.tid, None);
         assert_eq!(d.arg("severity"), Some(&Arg::from("critical")));
         let f = find(&c, "failed: NV_ESC_RM_CONTROL")[0];

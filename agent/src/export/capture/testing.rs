@@ -3,7 +3,8 @@
 
 use super::builder::TraceBuilder;
 use super::model::{Capture, Meta};
-use crate::doctor::finding::{Confidence, Finding, Severity};
+use crate::doctor::cause::CauseId;
+use crate::doctor::finding::{Confidence, Finding, Severity, Standing};
 use crate::event::{testing as ev, Clock, Process, Trigger};
 
 /// A fixed clock: monotonic 1000 s, wall clock 2025-06-15 (1 750 000 000 s).
@@ -125,7 +126,8 @@ pub fn story() -> Capture {
         0,
     );
     let finding = Finding {
-        rule: "uvm_register_gpu_hang".into(),
+        rule: CauseId::HmmSetupFailure,
+        standing: Standing::Leading,
         title: "cuInit hangs registering the GPU with nvidia-uvm".into(),
         severity: Severity::Critical,
         confidence: Confidence::High,
@@ -133,7 +135,7 @@ pub fn story() -> Capture {
         evidence: vec![],
         unchecked: vec![],
         fix: vec![],
-        runbook: "docs/runbooks/uvm_register_gpu_hang.md".into(),
+        runbook: "docs/runbooks/hmm_setup_failure.md".into(),
         tell_apart: None,
     };
     r.record(

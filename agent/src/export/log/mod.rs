@@ -523,6 +523,7 @@ impl LogListener {
                 schema::DIAGNOSIS_HOST,
                 trigger = d.trigger.as_str(),
                 rule = %f.rule,
+                standing = f.standing.as_str(),
                 severity = f.severity.as_str(),
                 basis = f.basis.as_str(),
                 title = %f.title,
@@ -535,18 +536,34 @@ impl LogListener {
             // Shown in full already for this process: its cause's record names it.
             return;
         }
+        let symptom = d
+            .differential
+            .symptom
+            .as_ref()
+            .map(|s| s.what.clone())
+            .unwrap_or_default();
+        let ruled_out: Vec<String> = d
+            .differential
+            .ruled_out
+            .iter()
+            .map(|o| format!("{}: {}", o.rule, o.why))
+            .collect();
         crate::write_record!(
             schema::DIAGNOSIS_OBSERVED,
             trigger = d.trigger.as_str(),
             pid,
             rule = %f.rule,
+            standing = f.standing.as_str(),
             severity = f.severity.as_str(),
             basis = f.basis.as_str(),
             confidence = ?f.confidence,
             title = %f.title,
+            symptom = %symptom,
             evidence = %f.evidence_text(),
             unchecked = %f.unchecked.join("; "),
             fix = %f.fix_text(),
+            tell_apart = %f.tell_apart.clone().unwrap_or_default(),
+            ruled_out = %ruled_out.join("; "),
             runbook = %f.runbook,
         );
     }
@@ -723,7 +740,8 @@ mod tests {
 
     fn finding(rule: &str) -> Finding {
         Finding {
-            rule: rule.into(),
+            rule: crate::doctor::cause::CauseId::from_name(rule).expect("a cause"),
+            standing: crate::doctor::finding::Standing::Leading,
             title: format!("{rule} title"),
             severity: Severity::Critical,
             confidence: Confidence::High,

@@ -234,14 +234,14 @@ impl Seen {
     pub fn first_time(&mut self, pid: u32, f: &Finding) -> bool {
         if self
             .host_findings
-            .contains(&(f.rule.clone(), f.title.clone()))
+            .contains(&(f.rule.as_str().to_string(), f.title.clone()))
         {
             return false;
         }
         if self.findings.len() >= MAX_SEEN {
             self.findings.clear();
         }
-        self.findings.insert((pid, f.rule.clone()))
+        self.findings.insert((pid, f.rule.as_str().to_string()))
     }
 
     /// A finding from the host's state was printed.
@@ -249,7 +249,8 @@ impl Seen {
         if self.host_findings.len() >= MAX_SEEN {
             self.host_findings.clear();
         }
-        self.host_findings.insert((f.rule.clone(), f.title.clone()));
+        self.host_findings
+            .insert((f.rule.as_str().to_string(), f.title.clone()));
     }
 
     /// Whether the failure `key` is to be printed now: the first time, yes; again before its

@@ -113,7 +113,7 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     ("uvmwatch_opens_unfollowed_total", "counter", "Opens the kernel side could not follow to their exit, where it needed their start: a failed open (not classified: it may have been of an NVIDIA node), a successful open of an NVIDIA node (counted in uvmwatch_device_opens_total all the same) or of a libcuda (its cuInit probes wait for the next process that loads it). Their start was recycled by the per-thread map of opens in flight (16384 threads), or they began before the agent attached; a few at the agent's start are expected."),
     ("uvmwatch_process_identities_unread_total", "counter", "Times the agent needed a process's identity and could not read it from /proc/<pid>: the process had exited before the agent reached its event (the agent was that far behind its events, or the event came after the process's exit), or its /proc entry could not be read. The records it was needed for carry only the pid and comm the kernel gave: no executable, command line, container, workload, trace context or opt-in workload labels."),
     ("uvmwatch_tracked_processes", "gauge", "Processes whose ioctls the kernel side looks at: those that opened an NVIDIA node or libcuda, held an NVIDIA fd when the agent started, or were forked from one (each ioctl of any other process costs one map lookup); removed at their exit."),
-    ("uvmwatch_diagnosis", "gauge", "1 while a diagnosis rule has an active finding of this severity (from the host's state, or from a stall or failure within --diagnosis-ttl), 0 after it cleared; no series before the first finding. Rules and runbooks: docs/doctor.md."),
+    ("uvmwatch_diagnosis", "gauge", "1 while a cause (rule) has an active finding of this severity and standing in the differential (leading: the most likely cause of a symptom; possible: another cause still possible; hazard: the host's state before anything failed), from the host's state or from a stall or failure within --diagnosis-ttl; 0 after it cleared; no series before the first finding. Causes and runbooks: docs/doctor.md."),
     ("uvmwatch_probe_attached", "gauge", "1 when the probe is attached, else 0 (see `uvmwatch probes` for the reason); backend: the syscall backend the probe belongs to (fentry, tracepoint), or both for the probes every backend uses."),
     ("uvmwatch_probe_backend_info", "gauge", "Always 1, one series: how the opens and ioctls are hooked (backend: fentry or tracepoint) and why (reason: trampolines_allowed, fentry_refused, flag); `uvmwatch probes` and the started record give the kernel's words."),
     ("uvmwatch_libcuda_targets", "gauge", "Distinct libcuda files (device, inode) with cuInit probes attached."),
@@ -158,7 +158,7 @@ const FAMILY_LABELS: &[(&str, &str)] = &[
     ("uvmwatch_opens_unfollowed_total", ""),
     ("uvmwatch_process_identities_unread_total", ""),
     ("uvmwatch_tracked_processes", ""),
-    ("uvmwatch_diagnosis", "rule, severity"),
+    ("uvmwatch_diagnosis", "rule, severity, standing"),
     ("uvmwatch_probe_attached", "probe, backend"),
     ("uvmwatch_probe_backend_info", "backend, reason"),
     ("uvmwatch_libcuda_targets", ""),
@@ -293,7 +293,7 @@ impl Metrics {
         )?;
         let diagnosis = IntGaugeVec::new(
             Opts::new("uvmwatch_diagnosis", help("uvmwatch_diagnosis")),
-            &["rule", "severity"],
+            &["rule", "severity", "standing"],
         )?;
         let build = IntGaugeVec::new(
             Opts::new("uvmwatch_build_info", help("uvmwatch_build_info")),
@@ -535,14 +535,14 @@ impl Listener for MetricsListener {
                 m.libcuda_attach.observe(*attach_seconds);
             }
             Kind::ActiveFindings(a) => {
-                for (rule, sev) in &a.cleared {
+                for (rule, sev, standing) in &a.cleared {
                     m.diagnosis
-                        .with_label_values(&[rule.as_str(), sev.as_str()])
+                        .with_label_values(&[rule.as_str(), sev.as_str(), standing.as_str()])
                         .set(0);
                 }
-                for (rule, sev) in &a.active {
+                for (rule, sev, standing) in &a.active {
                     m.diagnosis
-                        .with_label_values(&[rule.as_str(), sev.as_str()])
+                        .with_label_values(&[rule.as_str(), sev.as_str(), standing.as_str()])
                         .set(1);
                 }
             }

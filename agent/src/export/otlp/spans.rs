@@ -508,7 +508,8 @@ impl Exporter {
             })
             .collect();
         let mut a = vec![
-            kv_str("uvmwatch.diagnosis.rule", f.rule.clone()),
+            kv_str("uvmwatch.diagnosis.rule", f.rule.as_str()),
+            kv_str("uvmwatch.diagnosis.standing", f.standing.as_str()),
             kv_str("uvmwatch.diagnosis.severity", f.severity.as_str()),
             kv_str("uvmwatch.diagnosis.confidence", f.confidence.as_str()),
             kv_str("uvmwatch.diagnosis.title", f.title.clone()),
@@ -570,7 +571,7 @@ impl Exporter {
         }
         // 4. Nothing to attach to: a span of its own.
         let mut attrs = self.proc_attrs(proc);
-        attrs.push(kv_str("uvmwatch.diagnosis.rule", f.rule.clone()));
+        attrs.push(kv_str("uvmwatch.diagnosis.rule", f.rule.as_str()));
         let (t, id) = (self.ids.trace_id(), self.ids.span_id());
         let s = self.span(t, id, None, DIAGNOSIS, ts_ns, ts_ns, attrs, vec![ev], None);
         self.push(s);

@@ -22,7 +22,10 @@ use prost::Message;
 use super::client::Endpoint;
 use super::exporter::Ids;
 use super::*;
-use crate::doctor::finding::{Confidence, EvidenceItem, Finding, FixStep, Severity, Where};
+use crate::doctor::cause::CauseId;
+use crate::doctor::finding::{
+    Confidence, EvidenceItem, Finding, FixStep, Severity, Stance, Standing, Where,
+};
 use crate::event::{testing as mk, Event, Kind, Process, StallOutcome, Trigger};
 
 /// A minimal OTLP/HTTP receiver: decodes every `ExportTraceServiceRequest` with the
@@ -255,7 +258,8 @@ fn config(c: &Collector, root: &Path) -> OtlpConfig {
 
 fn finding() -> Finding {
     Finding {
-        rule: "uvm_register_gpu_no_memory".into(),
+        rule: CauseId::HmmSetupFailure,
+        standing: Standing::Leading,
         title: "UVM could not register the GPU".into(),
         severity: Severity::Critical,
         confidence: Confidence::High,
@@ -264,6 +268,8 @@ fn finding() -> Finding {
             what: "UVM_REGISTER_GPU".into(),
             value: "NV_ERR_NO_MEMORY".into(),
             source: "probe:ioctl".into(),
+            stance: Stance::For,
+            signal: None,
         }],
         unchecked: vec![],
         fix: vec![FixStep {
@@ -271,7 +277,7 @@ fn finding() -> Finding {
             commands: vec!["nvidia-smi -q".into()],
             note: "look".into(),
         }],
-        runbook: "docs/runbooks/uvm_register_gpu_no_memory.md".into(),
+        runbook: "docs/runbooks/hmm_setup_failure.md".into(),
         tell_apart: None,
     }
 }

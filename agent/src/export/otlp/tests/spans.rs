@@ -153,7 +153,7 @@ fn a_failed_cuinit_is_an_error_and_its_diagnosis_rides_on_it() {
     let ev = cu.events.iter().find(|e| e.name == DIAGNOSIS).unwrap();
     assert_eq!(
         s_attr(&ev.attributes, "uvmwatch.diagnosis.rule"),
-        Some("uvm_register_gpu_no_memory")
+        Some("hmm_setup_failure")
     );
     assert_eq!(
         s_attr(&ev.attributes, "uvmwatch.diagnosis.severity"),
