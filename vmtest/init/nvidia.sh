@@ -94,7 +94,7 @@ test_nvidia_doctor_refused() {
 	case " $_r " in *" no_gpu "*) ;; *) bad "no no_gpu finding: rules '$_r'" ;; esac
 	grep -q 'NVRM: No NVIDIA GPU found' /tmp/nvidia_doctor_refused/out ||
 		bad "the finding does not cite the kernel log line"
-	grep -q 'no NVIDIA GPU on it' /tmp/nvidia_doctor_refused/out || bad "no_gpu does not cite the PCI bus"
+	grep -q 'no NVIDIA GPU on the bus' /tmp/nvidia_doctor_refused/out || bad "no_gpu does not cite the PCI bus"
 	case " $_r " in *" module_refused "*) bad "module_refused on a load refused for want of a GPU" ;; esac
 	note "doctor exit $_rc, rules: $_r"
 }
@@ -227,7 +227,7 @@ test_nvidia_doctor() {
 	grep -q '"verdict": "no_gpu"' "$_d/out" || bad "nvidia-smi's outcome is not no_gpu"
 	grep -q "\"version\": \"$NVIDIA_VERSION\"" "$_d/out" || bad "driver version $NVIDIA_VERSION not read"
 	# The VM's real /sys/bus/pci has no NVIDIA device: the finding says so.
-	grep -q 'no NVIDIA GPU on it' "$_d/out" || bad "no_gpu does not cite the PCI bus"
+	grep -q 'no NVIDIA GPU on the bus' "$_d/out" || bad "no_gpu does not cite the PCI bus"
 	note "doctor exit $_rc, rules: $_r"
 	doctor_run "$_d/probe" --probe --libcuda "$LIBCUDA"
 	_rc=$?

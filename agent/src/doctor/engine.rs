@@ -32,7 +32,7 @@ use super::finding::{
     Basis, Confidence, EvidenceItem, Finding, FixStep, Severity, Stance, Standing, Where,
 };
 use super::signal::{Reading, Sig, Signals, State};
-use super::symptom::{symptom, Symptom};
+use super::symptom::{symptoms, Symptom};
 
 /// A cause the engine ruled out, and why.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -58,6 +58,10 @@ pub struct Differential {
     pub findings: Vec<Finding>,
     /// The causes ruled out, with the signal that ruled each out.
     pub ruled_out: Vec<RuledOut>,
+    /// The other failures the host recorded, each judged on its own (a host can have two
+    /// problems: a driver without a GPU and a node refused); empty for a process's symptom.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<Differential>,
 }
 
 impl Differential {
@@ -66,22 +70,33 @@ impl Differential {
         self.findings.first()
     }
 
-    /// The worst severity of the judgement: the symptom's, or its hazards'.
+    /// The worst severity of the judgement: its symptoms', or its hazards'.
     pub fn severity(&self) -> Option<Severity> {
         self.symptom
             .as_ref()
             .map(|s| s.severity)
             .into_iter()
             .chain(self.findings.iter().map(|f| f.severity))
+            .chain(self.also.iter().filter_map(Differential::severity))
             .max()
+    }
+
+    /// Its findings and those of the other failures the host recorded.
+    pub fn all_findings(&self) -> impl Iterator<Item = &Finding> {
+        self.findings
+            .iter()
+            .chain(self.also.iter().flat_map(|d| d.findings.iter()))
     }
 }
 
-/// Reads the signals and the symptom of `e` and `o`, and judges them.
+/// Reads the signals and the symptoms of `e` and `o`, and judges them: the first symptom's
+/// differential, with the others' in [`Differential::also`].
 pub fn diagnose(e: &Evidence, o: &Observations) -> Differential {
     let s = Signals::read(e, o);
-    let sym = symptom(o, &s);
-    judge(e, o, &s, sym)
+    let mut syms = symptoms(o, &s).into_iter();
+    let mut d = judge(e, o, &s, syms.next());
+    d.also = syms.map(|sym| judge(e, o, &s, Some(sym))).collect();
+    d
 }
 
 /// How one cause fared.
@@ -186,6 +201,7 @@ pub fn judge(e: &Evidence, o: &Observations, s: &Signals, sym: Option<Symptom>) 
         symptom: sym,
         findings,
         ruled_out,
+        also: Vec::new(),
     }
 }
 

@@ -50,9 +50,9 @@ pub struct Report<'a> {
 }
 
 impl Report<'_> {
-    /// The findings, leading first.
-    pub fn findings(&self) -> &[Finding] {
-        &self.differential.findings
+    /// The findings, leading first, then those of the other failures the host recorded.
+    pub fn findings(&self) -> Vec<&Finding> {
+        self.differential.all_findings().collect()
     }
 
     /// The diagnosis is incomplete: the snapshot's `observations.json` could not be used
@@ -110,7 +110,7 @@ pub fn exit_code(worst: Option<Severity>) -> u8 {
 /// observations and where they came from.
 pub fn render_json(r: &Report) -> Value {
     let d = r.differential;
-    let count = |s: Severity| d.findings.iter().filter(|f| f.severity == s).count();
+    let count = |s: Severity| d.all_findings().filter(|f| f.severity == s).count();
     let mut source = to_value(r.source);
     if let Value::Object(m) = &mut source {
         m.insert("summary".into(), Value::String(r.observations_line()));
@@ -127,6 +127,7 @@ pub fn render_json(r: &Report) -> Value {
         },
         "findings": to_value(&d.findings),
         "ruled_out": to_value(&d.ruled_out),
+        "also": to_value(&d.also),
         "evidence": to_value(r.evidence),
         "observations": to_value(r.observations),
         "observations_source": source,
@@ -213,8 +214,19 @@ pub fn render_text(r: &Report, color: bool) -> String {
     }
     let _ = writeln!(out, "  {}", r.observations_line());
     render_snapshot_problems(&mut out, r);
-    render_differential(&mut out, r);
-    for f in &d.findings {
+    render_differential(&mut out, d);
+    for also in &d.also {
+        if let Some(sym) = &also.symptom {
+            let _ = writeln!(
+                out,
+                "\nuvmwatch doctor: also recorded, {}: {}",
+                p.severity(sym.severity),
+                shown(&sym.what)
+            );
+        }
+        render_differential(&mut out, also);
+    }
+    for f in d.all_findings() {
         out.push('\n');
         render_finding(&mut out, f, &p);
     }
@@ -245,8 +257,7 @@ fn render_snapshot_problems(out: &mut String, r: &Report) {
 
 /// The differential in a few lines: the leading cause, the others still possible with the
 /// command that tells each apart, and the causes ruled out with what ruled each out.
-fn render_differential(out: &mut String, r: &Report) {
-    let d = r.differential;
+fn render_differential(out: &mut String, d: &Differential) {
     let Some(first) = d.leading() else {
         return;
     };

@@ -332,9 +332,10 @@ fn of_process(o: &Observations, s: &Signals) -> Option<Symptom> {
     None
 }
 
-/// What the host recorded as failing, by the first signal of each kind that holds, in
-/// the order of [`HOST_SYMPTOMS`].
-fn of_host(s: &Signals) -> Option<Symptom> {
+/// What the host recorded as failing: one symptom for each kind of [`HOST_SYMPTOMS`] one of
+/// whose signals holds (its first), in that order.
+fn of_host(s: &Signals) -> Vec<Symptom> {
+    let mut out = Vec::new();
     for (what, severity, any) in HOST_SYMPTOMS {
         let Some(sig) = any.iter().copied().find(|g| s.holds(*g)) else {
             continue;
@@ -352,7 +353,7 @@ fn of_host(s: &Signals) -> Option<Symptom> {
             (HostSymptom::NodesMissing, false) => Severity::Warning,
             _ => *severity,
         };
-        return Some(Symptom {
+        out.push(Symptom {
             kind: SymptomKind::Host { what: *what },
             what: format!("{}: {}", sig.name(), r.value),
             inside: None,
@@ -360,7 +361,7 @@ fn of_host(s: &Signals) -> Option<Symptom> {
             source: r.source.clone(),
         });
     }
-    None
+    out
 }
 
 /// Signs that the nvidia module should be loaded: NVIDIA's tools are installed and cannot
@@ -471,8 +472,11 @@ const HOST_SYMPTOMS: &[(HostSymptom, Severity, &[Sig])] = &[
     ),
 ];
 
-/// The symptom of a judgement: what the probes saw fail, else what the host recorded, else
-/// none.
-pub fn symptom(o: &Observations, s: &Signals) -> Option<Symptom> {
-    of_process(o, s).or_else(|| of_host(s))
+/// The symptoms of a judgement: what the probes saw fail; else what the host recorded, most
+/// telling first (each is judged on its own: a host can have two problems); else none.
+pub fn symptoms(o: &Observations, s: &Signals) -> Vec<Symptom> {
+    match of_process(o, s) {
+        Some(p) => vec![p],
+        None => of_host(s),
+    }
 }

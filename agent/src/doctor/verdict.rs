@@ -78,7 +78,7 @@ pub const NPD_MAX_OUTPUT: usize = 80;
 pub fn npd_message(r: &Report, max: usize) -> String {
     let serious: Vec<&Finding> = r
         .findings()
-        .iter()
+        .into_iter()
         .filter(|f| f.severity >= Severity::Warning)
         .collect();
     let line = match (Verdict::of(r), serious.first()) {
@@ -197,7 +197,7 @@ pub fn health_events(r: &Report, node: &str, generated: &str, processing: Proces
     };
     let mut events: Vec<Value> = r
         .findings()
-        .iter()
+        .into_iter()
         .filter(|f| f.severity >= Severity::Warning)
         .map(|f| {
             let mut m = Map::new();

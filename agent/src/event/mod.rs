@@ -887,6 +887,7 @@ pub(crate) mod testing {
                     symptom: None,
                     findings: vec![finding.clone()],
                     ruled_out: Vec::new(),
+                    also: Vec::new(),
                 }),
             }),
         )

@@ -103,7 +103,7 @@ impl Diagnosis {
     /// changed.
     pub fn static_findings(&mut self, now_ns: u64) -> Vec<Event> {
         let d = Arc::new(engine::diagnose(&self.evidence, &Observations::default()));
-        self.static_findings = d.findings.iter().cloned().map(Arc::new).collect();
+        self.static_findings = d.all_findings().cloned().map(Arc::new).collect();
         self.static_findings
             .iter()
             .map(|f| {

@@ -185,6 +185,7 @@ pub(crate) fn story() -> Capture {
             symptom: None,
             findings: vec![finding],
             ruled_out: Vec::new(),
+            also: Vec::new(),
         }),
     });
     r.record(&at(4242, t0 + 3 * S + 61 * MS, d), 0);

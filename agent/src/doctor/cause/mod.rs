@@ -10,6 +10,7 @@
 mod adapter_init_failure;
 mod device_node_mismatch;
 mod device_permission;
+pub mod doc;
 mod driver_hang;
 mod fabric_not_ready;
 mod fork_after_init;
