@@ -10,10 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use uvmwatch_testbed::snapshot::{
-    boot_dmesg, smi_q, standard_nodes, write_snapshot_fixture, DriverSpec, NodeSpec, SmiGpu,
-    SnapshotSpec,
-};
+use uvmwatch_testbed::snapshot::{write_snapshot_fixture, SnapshotSpec};
 
 use super::collect::collect;
 use super::facts::{
@@ -339,12 +336,6 @@ pub const STALE_ALLOW: &[&str] = &["c 195:* rwm", "c 507:* rwm", "c 1:3 rwm"];
 // ---------------------------------------------------------------------------------------
 // Evidence from snapshot trees
 
-/// Driver version of the snapshot trees ([`SnapshotSpec::default`]).
-pub const DRIVER: &str = "590.48.01";
-
-/// Source of the kernel log in a snapshot (`commands/dmesg.txt`, no manifest).
-pub const DMESG: &str = "dmesg";
-
 /// Writes `spec`, then lets `extra` add files the fixture has no knob for, then collects.
 pub fn snapshot_evidence_with(spec: &SnapshotSpec, extra: impl FnOnce(&Path)) -> Evidence {
     let dir = tempfile::Builder::new()
@@ -369,57 +360,6 @@ pub fn incident_spec() -> SnapshotSpec {
         iomem_hmm: false,
         ..SnapshotSpec::default()
     }
-}
-
-/// `nvidia-smi -q` of `n` H200s, each changed by `f`.
-pub fn smi_h200(n: u32, f: impl Fn(&mut SmiGpu)) -> Option<String> {
-    let gpus: Vec<SmiGpu> = (0..n)
-        .map(|i| {
-            let mut g = SmiGpu::h200(i);
-            f(&mut g);
-            g
-        })
-        .collect();
-    Some(smi_q(DRIVER, &gpus))
-}
-
-/// The default boot log followed by `extra`.
-pub fn dmesg_after_boot(extra: &str) -> Option<String> {
-    Some(format!(
-        "{}{extra}",
-        boot_dmesg(&DriverSpec::open(DRIVER), 508)
-    ))
-}
-
-/// The default snapshot ([`SnapshotSpec::default`]) with `extra` in its kernel log after
-/// the boot.
-pub fn with_kernel_log(extra: &str) -> SnapshotSpec {
-    SnapshotSpec {
-        dmesg: dmesg_after_boot(extra),
-        ..SnapshotSpec::default()
-    }
-}
-
-/// The standard nodes of two GPUs (nvidia-uvm major 508), each recorded as opened by the
-/// collector except `path`, whose open failed with `errno`.
-pub fn nodes_opened_except(path: &str, errno: &str) -> Vec<NodeSpec> {
-    let mut nodes = standard_nodes(2, 508);
-    for n in nodes.iter_mut() {
-        n.open = Some(if n.path == path {
-            Err(errno.into())
-        } else {
-            Ok(())
-        });
-    }
-    nodes
-}
-
-/// The standard nodes of two GPUs (nvidia-uvm major 508) without `path`.
-pub fn nodes_without(path: &str) -> Vec<NodeSpec> {
-    standard_nodes(2, 508)
-        .into_iter()
-        .filter(|n| n.path != path)
-        .collect()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -508,15 +448,6 @@ pub trait Saw: Sized {
             o.context_seconds = Some(secs);
             o.context_device = (call != "cuDeviceGetCount").then_some(0);
         })
-    }
-    /// `cuDeviceGetCount` returned `n` devices.
-    fn device_count(self, n: i32) -> Self {
-        self.context("cuDeviceGetCount", 0, 0.001)
-            .with(|o| o.device_count_seen = Some(n))
-    }
-    /// The process saw `n` GPU nodes in its root.
-    fn gpu_nodes(self, n: u32) -> Self {
-        self.with(|o| o.gpu_nodes_visible = Some(n))
     }
     /// The process was started with `CUDA_VISIBLE_DEVICES=v`.
     fn visible_devices(self, v: &str) -> Self {

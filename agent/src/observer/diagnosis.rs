@@ -330,3 +330,126 @@ pub fn probe_absence_facts() -> AbsenceFacts {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The live agent and `uvmwatch doctor` give the same differential on the same
+    //! evidence: each event's findings, as the agent attaches them, against the doctor's on
+    //! the same facts with that event's observations written as a snapshot's
+    //! `observations.json` and read back.
+
+    use std::path::Path;
+
+    use super::*;
+    use crate::doctor::{bundle, observed::ObservationsSource};
+    use crate::event::testing as mk;
+
+    /// The doctor's differential of `facts` with `o` saved as the snapshot's file.
+    fn doctor(facts: &Path, o: &Observations) -> Differential {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("snap");
+        copy(facts, &root);
+        std::fs::write(
+            root.join("observations.json"),
+            bundle::observations_json(o).unwrap(),
+        )
+        .unwrap();
+        let saved = bundle::read_saved_observations(&root).transpose();
+        let (judged, _) = ObservationsSource::choose(None, saved);
+        let evidence = collect::collect(&Root::Snapshot(root));
+        engine::diagnose(&evidence, &judged)
+    }
+
+    fn copy(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            let t = to.join(e.file_name());
+            if e.file_type().unwrap().is_dir() {
+                copy(&e.path(), &t);
+            } else {
+                std::fs::copy(e.path(), t).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn the_live_agent_and_the_doctor_give_the_same_causes_on_the_same_evidence() {
+        let facts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testbed/fixtures/incident-host");
+        let mut live = Diagnosis::start(
+            &FactsFrom::Snapshot(facts.clone()),
+            Duration::from_secs(3600),
+            Duration::from_secs(600),
+        )
+        .unwrap();
+        let p = mk::process();
+        let s = 1_000_000_000;
+        let mut failed = mk::cuinit_end(&p, p.pid, s, 2 * s, 3, "CUDA_ERROR_NOT_INITIALIZED");
+        if let Kind::CuinitEnd(c) = &mut failed.kind {
+            c.call.device_opens = 4;
+            c.call.failed_call = Some(SeenCall {
+                call: "UVM_REGISTER_GPU".into(),
+                node: "/dev/nvidia-uvm".into(),
+                result: "NV_ERR_NO_MEMORY".into(),
+                seconds: 0.05,
+            });
+        }
+        let events = [
+            failed,
+            mk::open(
+                &p,
+                p.pid,
+                s,
+                s + 1000,
+                "/dev/nvidia-uvm",
+                Some("EPERM"),
+                false,
+            ),
+            mk::context_call(
+                &p,
+                p.pid,
+                s,
+                s + 1000,
+                "cuCtxCreate_v2",
+                46,
+                "CUDA_ERROR_DEVICE_UNAVAILABLE",
+                None,
+            ),
+            mk::stall(
+                &p,
+                p.pid,
+                "UVM_REGISTER_GPU",
+                s,
+                6 * s,
+                Some(("UVM_REGISTER_GPU", "/dev/nvidia-uvm")),
+                "D (disk sleep)",
+                "uvm_gpu_retain_by_uuid",
+            ),
+        ];
+        let mut named = Vec::new();
+        for mut ev in events {
+            let obs = observations(&ev, Vec::new).expect("an event the engine judges");
+            let d = live
+                .diagnose_event(&mut ev, Vec::new)
+                .expect("a symptom of the process");
+            let attached: Vec<Finding> = ev.findings().iter().map(|f| (**f).clone()).collect();
+            assert_eq!(attached, d.findings);
+            let offline = doctor(&facts, &obs);
+            assert_eq!(offline.symptom, d.symptom, "{:?}", ev.kind);
+            assert_eq!(offline.findings, d.findings, "{:?}", ev.kind);
+            assert_eq!(offline.ruled_out, d.ruled_out, "{:?}", ev.kind);
+            named.push(d.findings[0].rule);
+        }
+        use crate::doctor::cause::CauseId::*;
+        assert_eq!(
+            named,
+            [
+                HmmSetupFailure,
+                DevicePermission,
+                UnexplainedFailure,
+                HmmSetupFailure
+            ],
+            "the causes named"
+        );
+    }
+}

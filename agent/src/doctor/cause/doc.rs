@@ -130,10 +130,18 @@ pub fn signals_table() -> String {
 /// A runbook's block: what the engine weighs for this cause.
 pub fn runbook_block(c: &Cause) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{}\n", c.doc.split_whitespace().collect::<Vec<_>>().join(" "));
+    let _ = writeln!(
+        out,
+        "{}\n",
+        c.doc.split_whitespace().collect::<Vec<_>>().join(" ")
+    );
     let _ = writeln!(out, "| | |\n|---|---|");
     let _ = writeln!(out, "| symptoms it can produce | {} |", produces(c));
-    let _ = writeln!(out, "| needs (one failing rules it out) | {} |", sigs(c.needs));
+    let _ = writeln!(
+        out,
+        "| needs (one failing rules it out) | {} |",
+        sigs(c.needs)
+    );
     let _ = writeln!(out, "| ruled out when it holds | {} |", sigs(c.rules_out));
     let _ = writeln!(out, "| for it | {} |", weighed(c.supports));
     let _ = writeln!(out, "| against it | {} |", weighed(c.against));
@@ -149,7 +157,11 @@ pub fn runbook_block(c: &Cause) -> String {
         );
     }
     let _ = writeln!(out, "| hazard, before anything fails | {} |", hazards(c));
-    let _ = writeln!(out, "| what tells it apart | {} |", c.tell_apart.replace('|', "\\|"));
+    let _ = writeln!(
+        out,
+        "| what tells it apart | {} |",
+        c.tell_apart.replace('|', "\\|")
+    );
     out
 }
 

@@ -57,7 +57,12 @@ fn every_cause_is_declared_whole() {
             );
         }
         for n in c.needs {
-            assert!(!c.rules_out.contains(n), "{}: {} needed and ruling out", c.id, n.name());
+            assert!(
+                !c.rules_out.contains(n),
+                "{}: {} needed and ruling out",
+                c.id,
+                n.name()
+            );
         }
         assert!(!c.yields_to.contains(&c.id), "{}: yields to itself", c.id);
     }
@@ -72,7 +77,8 @@ fn every_cause_is_declared_whole() {
 fn every_cause_has_a_runbook_with_its_declaration() {
     for c in CAUSES {
         let path = repo().join(format!("docs/runbooks/{}.md", c.id));
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert!(text.starts_with("# "), "{}: no title", path.display());
         generated(&path, "declaration", &runbook_block(c));
     }

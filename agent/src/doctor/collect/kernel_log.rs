@@ -143,6 +143,19 @@ pub const MODULE_REFUSED_LINES: &[&str] = &[
     ": version magic '",
     "section size must match the kernel's built struct module size",
     "is not supported by open",
+    // What kmod's modprobe prints for the same refusals, which users paste beside the
+    // kernel's lines (and journald keeps): EKEYREJECTED, ENOKEY, ENOEXEC, and no module
+    // for the running kernel.
+    "Key was rejected by service",
+    "Required key not available",
+    "Invalid module format",
+    "Exec format error",
+    "not found in directory /lib/modules/",
+    // Security modules refusing a load (security/loadpin/loadpin.c; SELinux and AppArmor
+    // audit records).
+    "LoadPin:",
+    "denied  { module_load }",
+    "operation=\"module_load\"",
 ];
 
 /// Whether a kernel message is one of [`MODULE_REFUSED_LINES`]; those that name a module
@@ -157,6 +170,12 @@ pub fn is_module_refused_line(msg: &str) -> bool {
                 "section size must match the kernel's built struct module size" => {
                     msg.starts_with("module nvidia")
                 }
+                // modprobe's: `could not insert 'nvidia'`, `Module nvidia not found`.
+                "Key was rejected by service"
+                | "Required key not available"
+                | "Invalid module format"
+                | "Exec format error"
+                | "not found in directory /lib/modules/" => msg.contains("nvidia"),
                 _ => true,
             }
     })

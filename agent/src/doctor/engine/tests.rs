@@ -1,1 +1,447 @@
+//! The engine: each cause named on its own picture and ruled out by a needed signal that
+//! fails (the near misses), and a property test over generated hosts and processes: a cause
+//! whose needed signal fails is never named, a recorded failure or hazard always has its
+//! symptom and a finding (never "healthy"), and every finding is whole.
 
+use proptest::prelude::*;
+
+use super::*;
+use crate::doctor::cause::{CauseId, CAUSES};
+use crate::doctor::facts::{DevNode, MappedLibcuda, PciGpu, WslInfo};
+use crate::doctor::fixtures::*;
+use crate::doctor::signal::{Sig, State};
+use CauseId::*;
+
+fn leading(e: &Evidence, o: &Observations) -> CauseId {
+    let d = diagnose(e, o);
+    d.leading()
+        .map(|f| f.rule)
+        .unwrap_or_else(|| panic!("no finding: {d:#?}"))
+}
+
+fn named(d: &Differential) -> Vec<CauseId> {
+    d.all_findings().map(|f| f.rule).collect()
+}
+
+fn gpu(addr: &str, driver: Option<&str>) -> PciGpu {
+    PciGpu {
+        address: addr.into(),
+        class: "0x030200".into(),
+        driver: driver.map(str::to_string),
+    }
+}
+
+/// One picture per cause, and the near miss beside it.
+#[test]
+fn each_cause_is_named_on_its_picture_and_not_on_its_near_miss() {
+    let e = motivating_host();
+    // hmm_setup_failure; near miss: HMM switched off.
+    assert_eq!(leading(&e, &register_gpu_no_memory()), HmmSetupFailure);
+    let off = diagnose(&e.clone().hmm_param("Y"), &register_gpu_no_memory());
+    assert!(!named(&off).contains(&HmmSetupFailure), "{off:#?}");
+    assert!(off
+        .ruled_out
+        .iter()
+        .any(|r| r.rule == HmmSetupFailure && r.by == "hmm_allowed"));
+    // The proprietary module has no HMM: ruled out by open_module.
+    let prop = diagnose(&e.clone().proprietary(), &register_gpu_no_memory());
+    assert!(prop
+        .ruled_out
+        .iter()
+        .any(|r| r.rule == HmmSetupFailure && r.by == "open_module"));
+
+    // driver_hang: a thread in D state in a call, on a host with the KASLR fix.
+    let hung = watched().in_flight(40.0).stuck(
+        "NV_ESC_RM_CONTROL",
+        "/dev/nvidiactl",
+        40.0,
+        "D (disk sleep)",
+    );
+    assert_eq!(leading(&healthy_open_host(), &hung), DriverHang);
+
+    // fork_after_init; near miss: the same 3 with opens, not forked.
+    let forked = watched().cuinit(3, 0.001).forked();
+    assert_eq!(leading(&e, &forked), ForkAfterInit);
+    let d = diagnose(&e, &watched().cuinit(3, 0.001).opens(4));
+    assert!(!named(&d).contains(&ForkAfterInit));
+
+    // device_permission; near miss: ENOENT is a missing node.
+    let denied = watched()
+        .cuinit(999, 0.02)
+        .failed_open("/dev/nvidia-uvm", "EPERM");
+    assert_eq!(leading(&e, &denied), DevicePermission);
+    let missing = watched()
+        .cuinit(999, 0.02)
+        .failed_open("/dev/nvidia-uvm", "ENOENT");
+    assert_eq!(
+        leading(&e.clone().without_node("/dev/nvidia-uvm"), &missing),
+        NodeOrModuleMissing
+    );
+
+    // device_node_mismatch: the node made for another major.
+    let stale = e.clone().with(|e| {
+        if let Ok(n) = &mut e.dev_nodes.value {
+            for d in n
+                .iter_mut()
+                .filter(|d| d.path.starts_with("/dev/nvidia-uvm"))
+            {
+                d.dev = d.dev.map(|(_, mi)| (507, mi));
+            }
+        }
+    });
+    let enxio = watched()
+        .cuinit(999, 0.02)
+        .failed_open("/dev/nvidia-uvm", "ENXIO");
+    assert_eq!(leading(&stale, &enxio), DeviceNodeMismatch);
+
+    // policy_or_partition: exclusive mode held by another process.
+    let excl = e
+        .clone()
+        .smi(|s| s.compute_mode = vec!["Exclusive_Process".into()])
+        .libcuda(vec![MappedLibcuda {
+            pid: 77,
+            comm: "python3".into(),
+            path: "/usr/lib/x86_64-linux-gnu/libcuda.so.590.48.01".into(),
+            version: Some("590.48.01".into()),
+            compat: false,
+        }]);
+    let ctx46 = watched()
+        .cuinit(0, 0.2)
+        .opens(4)
+        .context("cuCtxCreate_v2", 46, 0.01);
+    assert_eq!(leading(&excl, &ctx46), PolicyOrPartition);
+    // Near miss: compute mode Default: nothing speaks for it.
+    assert_eq!(leading(&e, &ctx46), UnexplainedFailure);
+
+    // visible_devices: an index past the GPUs.
+    let cvd = watched().cuinit(100, 0.01).visible_devices("3");
+    assert_eq!(leading(&e, &cvd), VisibleDevices);
+    // Near miss: unset: visible_devices ruled out by its need.
+    let d = diagnose(&e, &watched().cuinit(100, 0.01));
+    assert!(d
+        .ruled_out
+        .iter()
+        .any(|r| r.rule == VisibleDevices && r.by == "visible_devices_set"));
+
+    // version_mismatch: 803 names itself.
+    assert_eq!(leading(&e, &watched().cuinit(803, 0.01)), VersionMismatch);
+
+    // fabric_not_ready: 802 on an NVSwitch system whose fabric is in progress; near miss:
+    // no NVSwitch.
+    let fabric = e
+        .clone()
+        .smi(|s| s.fabric_state = vec!["In Progress".into()]);
+    assert_eq!(
+        leading(&fabric, &watched().cuinit(802, 0.3)),
+        FabricNotReady
+    );
+    let no_switch = e.clone().smi(|s| s.fabric_state = vec!["N/A".into()]);
+    let d = diagnose(&no_switch, &watched().cuinit(802, 0.3));
+    assert!(!named(&d).contains(&FabricNotReady), "{d:#?}");
+
+    // stale_after_suspend: 999 after a resume; near miss: no resume, ruled out.
+    let resumed = e.clone().log(|l| l.resumed_after_uvm_load = true);
+    let quick999 = watched().cuinit(999, 0.05).opens(4);
+    assert_eq!(leading(&resumed, &quick999), StaleAfterSuspend);
+    assert!(!named(&diagnose(&e, &quick999)).contains(&StaleAfterSuspend));
+
+    // slow_init: a slow start with persistence off.
+    let slow = e
+        .clone()
+        .smi(|s| s.persistence_mode = vec!["Disabled".into()])
+        .daemons(&[]);
+    assert_eq!(
+        leading(&slow, &watched().cuinit(0, 12.0).opens(4)),
+        SlowInit
+    );
+
+    // adapter_init_failure: the GPU fell off the bus.
+    let lost = e.clone().log(|l| {
+        l.xids = vec![79];
+        l.nvidia_lines =
+            vec!["NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.".into()];
+    });
+    assert_eq!(leading(&lost, &plain()), AdapterInitFailure);
+
+    // no_gpu: the driver registered none, the GPU bound to vfio-pci.
+    let none = e.clone().with(|e| {
+        e.gpus = crate::doctor::facts::Fact::ok(vec![], "/proc/driver/nvidia/gpus");
+        e.pci_gpus = crate::doctor::facts::Fact::ok(
+            vec![gpu("0000:18:00.0", Some("vfio-pci"))],
+            "/sys/bus/pci/devices",
+        );
+    });
+    assert_eq!(leading(&none, &plain()), NoGpu);
+
+    // module_refused: no driver, Secure Boot refused it, nvidia-smi installed.
+    let refused = no_driver_host().with(|e| {
+        e.smi_outcome = crate::doctor::facts::Fact::ok(
+            crate::doctor::facts::SmiOutcome {
+                verdict: crate::doctor::facts::SmiVerdict::NoDriver,
+                status: Some("exit status 9".into()),
+                message: Some("couldn't communicate with the NVIDIA driver".into()),
+            },
+            "nvidia-smi -q",
+        );
+        if let Ok(l) = &mut e.kernel_log.value {
+            l.module_refused = vec!["Loading of unsigned module is rejected".into()];
+        }
+    });
+    assert_eq!(leading(&refused, &plain()), ModuleRefused);
+    // Near miss: the same host without NVIDIA's tools and without the refusal: nothing.
+    assert!(diagnose(&no_driver_host(), &plain()).findings.is_empty());
+
+    // wsl2 and wsl_linux_driver.
+    let wsl = |dxg: bool, linux: bool| {
+        no_driver_host().with(|e| {
+            e.wsl = crate::doctor::facts::Fact::ok(
+                WslInfo {
+                    dxg,
+                    libcuda: vec!["libcuda.so.1".into()],
+                    linux_libcuda: if linux {
+                        vec!["/usr/lib/x86_64-linux-gnu/libcuda.so.1".into()]
+                    } else {
+                        vec![]
+                    },
+                },
+                "/usr/lib/wsl/lib",
+            );
+            e.dev_nodes = crate::doctor::facts::Fact::ok(
+                if dxg {
+                    vec![DevNode {
+                        path: "/dev/dxg".into(),
+                        dev: Some((10, 125)),
+                        open: None,
+                    }]
+                } else {
+                    vec![]
+                },
+                "/dev",
+            );
+        })
+    };
+    let fails = watched().cuinit(100, 0.01);
+    assert_eq!(leading(&wsl(true, true), &fails), WslLinuxDriver);
+    assert_eq!(leading(&wsl(true, false), &fails), Wsl2);
+    // Off WSL, neither.
+    let d = diagnose(&e, &fails);
+    assert!(!named(&d).contains(&Wsl2) && !named(&d).contains(&WslLinuxDriver));
+}
+
+#[test]
+fn every_cause_has_a_picture_in_this_file() {
+    let text = include_str!("tests.rs");
+    for c in CAUSES {
+        let v = format!("{:?}", c.id);
+        // Named as a leading cause somewhere above (`leading(...)` asserts).
+        assert!(text.matches(v.as_str()).count() >= 1, "{v} has no picture");
+    }
+}
+
+/// A symptom nothing explains is unexplained, with every cause accounted for.
+#[test]
+fn an_unexplained_symptom_accounts_for_every_cause() {
+    let d = diagnose(&healthy_open_host(), &watched().cuinit(999, 0.1).opens(4));
+    assert_eq!(d.findings.len(), 1);
+    assert_eq!(d.findings[0].rule, UnexplainedFailure);
+    let mut out: Vec<CauseId> = d.ruled_out.iter().map(|r| r.rule).collect();
+    out.sort();
+    let mut all: Vec<CauseId> = CAUSES.iter().map(|c| c.id).collect();
+    all.sort();
+    assert_eq!(out, all, "each cause is ruled out, with why");
+}
+
+// ---------------------------------------------------------------------------------------
+// The property test
+
+/// A generated host: the healthy one with any of these changes.
+fn host() -> impl Strategy<Value = Evidence> {
+    (
+        prop_oneof![Just("open"), Just("proprietary"), Just("absent")],
+        prop_oneof![Just(None), Just(Some("Y")), Just(Some("N"))],
+        prop_oneof![Just("5.14.0-570.el9"), Just("6.8.0-45-generic"), Just("6.12.0-55-generic")],
+        any::<bool>(),
+        any::<bool>(),
+        prop_oneof![Just("Default"), Just("Exclusive_Process"), Just("Prohibited")],
+        prop_oneof![Just("Disabled"), Just("Enabled")],
+        prop_oneof![Just("N/A"), Just("Completed"), Just("In Progress")],
+        prop::sample::subsequence(
+            vec![
+                "NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.",
+                "NVRM: GPU 0000:18:00.0: RmInitAdapter failed! (0x62:0x65:1234)",
+                "NVRM: API mismatch: the client has the version 535.183.01, but",
+                "nvidia-uvm: uvm_pmm_gpu.c:3176 devmem_alloc_pagemap[pid:9] request_free_mem_region() err -34",
+            ],
+            0..3,
+        ),
+        prop::sample::subsequence(vec!["/dev/nvidia-uvm", "/dev/nvidiactl", "/dev/nvidia0"], 0..2),
+        prop_oneof![Just("host"), Just("docker"), Just("lxc")],
+    )
+        .prop_map(
+            |(flavor, hmm, kernel, hmm_config, nokaslr, mode, mig, fabric, lines, gone, container)| {
+                let mut e = match flavor {
+                    "absent" => no_driver_host(),
+                    "proprietary" => healthy_open_host().proprietary(),
+                    _ => healthy_open_host(),
+                };
+                if let Some(v) = hmm {
+                    e = e.hmm_param(v);
+                }
+                e = e.kernel(kernel);
+                if !hmm_config {
+                    e = e.config("CONFIG_DEVICE_PRIVATE", None);
+                }
+                if nokaslr {
+                    e = e.cmdline("BOOT_IMAGE=/vmlinuz ro nokaslr");
+                }
+                e = e.smi(|s| {
+                    s.compute_mode = vec![mode.into()];
+                    s.mig_mode = vec![mig.into()];
+                    s.fabric_state = vec![fabric.into()];
+                });
+                for l in lines {
+                    let l = l.to_string();
+                    e = e.log(|k| {
+                        if l.contains("Xid") {
+                            k.xids.push(79);
+                        }
+                        if l.contains("RmInitAdapter") {
+                            k.adapter_init_failed.push(l.clone());
+                        }
+                        if l.contains("API mismatch") {
+                            k.api_mismatch = Some(l.clone());
+                        }
+                        if l.contains("request_free_mem_region") {
+                            k.hmm_errors.push(l.clone());
+                        }
+                        k.nvidia_lines.push(l);
+                    });
+                }
+                for g in gone {
+                    e = e.without_node(g);
+                }
+                if container != "host" {
+                    e = e.container(container, None);
+                }
+                e
+            },
+        )
+}
+
+/// A generated process, or none (a plain doctor).
+fn process() -> impl Strategy<Value = Observations> {
+    (
+        prop_oneof![
+            Just(None),
+            Just(Some(0)),
+            Just(Some(3)),
+            Just(Some(46)),
+            Just(Some(100)),
+            Just(Some(802)),
+            Just(Some(803)),
+            Just(Some(999))
+        ],
+        any::<bool>(),
+        0u32..5,
+        prop::sample::subsequence(
+            vec![
+                ("/dev/nvidia-uvm", "EPERM"),
+                ("/dev/nvidia-uvm", "ENOENT"),
+                ("/dev/nvidia0", "EIO"),
+                ("/dev/nvidiactl", "EACCES"),
+            ],
+            0..2,
+        ),
+        any::<bool>(),
+        any::<bool>(),
+        prop_oneof![Just(None), Just(Some("")), Just(Some("0")), Just(Some("7"))],
+        any::<bool>(),
+    )
+        .prop_map(
+            |(code, in_flight, opens, failed, stuck, forked, cvd, watched_it)| {
+                if !watched_it {
+                    return plain();
+                }
+                let mut o = watched().opens(opens);
+                match (code, in_flight) {
+                    (_, true) => o = o.in_flight(30.0),
+                    (Some(c), false) => o = o.cuinit(c, 0.2),
+                    (None, false) => {}
+                }
+                for (p, e) in failed {
+                    o = o.failed_open(p, e);
+                }
+                if stuck {
+                    o = o.stuck(
+                        "UVM_REGISTER_GPU",
+                        "/dev/nvidia-uvm",
+                        30.0,
+                        "D (disk sleep)",
+                    );
+                }
+                if forked {
+                    o = o.forked();
+                }
+                if let Some(v) = cvd {
+                    o = o.visible_devices(v);
+                }
+                o
+            },
+        )
+}
+
+/// Whether the observations record a failure or a hazard of the process.
+fn records_failure(o: &Observations) -> bool {
+    o.cuinit_result.is_some_and(|r| r != 0)
+        || o.cuinit_in_flight
+        || o.stuck_in.is_some()
+        || !o.failed_opens.is_empty()
+        || o.forked_after_parent_init
+        || o.context_result.is_some_and(|r| r != 0)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_cause_whose_need_fails_is_never_named_and_a_failure_is_never_healthy(
+        e in host(),
+        o in process(),
+    ) {
+        let s = Signals::read(&e, &o);
+        let d = diagnose(&e, &o);
+        let names = named(&d);
+        for c in CAUSES {
+            if let Some(n) = c.needs.iter().find(|n| s.state(**n) == State::Fails) {
+                prop_assert!(
+                    !names.contains(&c.id),
+                    "{} named though {} fails ({})", c.id, n.name(), s.get(*n).value
+                );
+            }
+            if let Some(n) = c.rules_out.iter().find(|n| s.holds(**n)) {
+                prop_assert!(!names.contains(&c.id), "{} named though {} holds", c.id, n.name());
+            }
+        }
+        if records_failure(&o) {
+            prop_assert!(d.symptom.is_some(), "a recorded failure without its symptom: {o:?}");
+            prop_assert!(!d.findings.is_empty(), "a recorded failure read healthy: {o:?}");
+            prop_assert!(d.severity().is_some());
+        }
+        for f in d.all_findings() {
+            prop_assert_eq!(&f.runbook, &f.rule.runbook());
+            prop_assert!(!f.title.is_empty() && !f.evidence.is_empty() && !f.fix.is_empty());
+            for i in &f.evidence {
+                prop_assert!(!i.source.is_empty() && !i.value.is_empty(), "{:?}", i);
+            }
+            if let Some(c) = f.rule.cause() {
+                // What it needs holds or is unknown, and a signal against it is marked so.
+                for i in f.evidence.iter().filter(|i| i.signal.is_some()) {
+                    let sig: Sig = i.signal.unwrap();
+                    prop_assert_eq!(s.state(sig), State::Holds);
+                    let against = c.against.iter().any(|(g, _)| *g == sig);
+                    prop_assert_eq!(against, i.stance == crate::doctor::finding::Stance::Against);
+                }
+            }
+        }
+    }
+}

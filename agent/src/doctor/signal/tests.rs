@@ -1,1 +1,354 @@
+//! Each signal on the forms of its source: the lines and outputs the drivers, the kernel and
+//! NVML really print (each cited), holding; a clean source, failing; an unreadable one,
+//! unknown.
 
+use super::*;
+use crate::doctor::collect::kernel_log::parse_kernel_log;
+use crate::doctor::collect::smi::classify_smi;
+use crate::doctor::facts::{Fact, KernelLog};
+use crate::doctor::fixtures::*;
+
+fn with_log(text: &str) -> Evidence {
+    healthy_open_host().with(|e| e.kernel_log = Fact::ok(parse_kernel_log(text), "dmesg"))
+}
+
+fn state(e: &Evidence, o: &Observations, s: Sig) -> State {
+    Signals::read(e, o).state(s)
+}
+
+/// `(signal, log text, where the text comes from)`: each must make its signal hold.
+const LOG_FORMS: &[(Sig, &str, &str)] = &[
+    (
+        Sig::ModuleRefusedSignature,
+        "[    5.101] Loading of unsigned module is rejected",
+        "kernel/module/signing.c, module_sig_check",
+    ),
+    (
+        Sig::ModuleRefusedSignature,
+        "[    5.101] Lockdown: modprobe: unsigned module loading is restricted; see man kernel_lockdown.7",
+        "security/lockdown/lockdown.c",
+    ),
+    (
+        Sig::ModuleRefusedSignature,
+        "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service",
+        "kmod's modprobe, EKEYREJECTED (Secure Boot, reports pasted beside dmesg)",
+    ),
+    (
+        Sig::ModuleBuiltForOtherKernel,
+        "[    6.2] nvidia: Unknown symbol drm_gem_object_free (err -2)",
+        "kernel/module/main.c, resolve_symbol",
+    ),
+    (
+        Sig::ModuleBuiltForOtherKernel,
+        "modprobe: ERROR: could not insert 'nvidia': Invalid module format",
+        "kmod's modprobe, ENOEXEC",
+    ),
+    (
+        Sig::ModuleNotBuilt,
+        "modprobe: FATAL: Module nvidia not found in directory /lib/modules/6.8.0-50-generic",
+        "kmod's modprobe.c",
+    ),
+    (
+        Sig::OpenModuleUnsupportedGpu,
+        "[  3.1] NVRM: The NVIDIA GPU 0000:01:00.0 (PCI ID: 10de:1b80)\n[  3.1] NVRM: installed in this system is not supported by open\n[  3.1] NVRM: nvidia.ko because it does not include the required GPU",
+        "kernel-open/nvidia/nv-pci.c, 580.65.06",
+    ),
+    (
+        Sig::DriverFoundNoGpu,
+        "[    3.499020] NVRM: No NVIDIA GPU found.",
+        "kernel-open/nvidia/nv.c, nvidia_init_module (Debian 550.163.01 in a VM without a GPU)",
+    ),
+    (
+        Sig::GpuHeldElsewhere,
+        "[    3.4] NVRM: GPU 0000:01:00.0 is already bound to vfio-pci.",
+        "kernel-open/nvidia/nv-pci.c, passthrough hosts",
+    ),
+    (
+        Sig::AdapterInitFailed,
+        "[  12.3] NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! (0x26:0xffff:1127)",
+        "src/nvidia/arch/nvalloc/unix/src/osinit.c",
+    ),
+    (
+        Sig::GpuFellOffBus,
+        "[ 9999.1] NVRM: Xid (PCI:0000:0b:00): 79, pid=1234, GPU has fallen off the bus.",
+        "nverror.h ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS, nv_report_error",
+    ),
+    (
+        Sig::GpuFellOffBus,
+        "[ 9999.1] NVRM: GPU at PCI:0000:0b:00: GPU-6f0c2d1e-8a4b-4c3d-9e2f-1a7b5c3d2e10\n[ 9999.1] NVRM: GPU Board Serial Number: 1652324011187\n[ 9999.1] NVRM: The GPU has fallen off the bus.",
+        "RM's lost-GPU notice, without the Xid line",
+    ),
+    (
+        Sig::GspFailed,
+        "[  20.1] NVRM: Xid (PCI:0000:17:00): 119, pid=2817, name=python3, Timeout after 6s of waiting for RPC response from GPU0 GSP! Expected function 76 (GSP_RM_CONTROL)",
+        "src/nvidia/src/kernel/gpu/gsp/kernel_gsp.c, _kgspLogXid119",
+    ),
+    (
+        Sig::Wpr2Up,
+        "[  8.0] NVRM: _kgspBootGspRm: unexpected WPR2 already up, cannot proceed with booting GSP",
+        "kernel_gsp.c, _kgspBootGspRm",
+    ),
+    (
+        Sig::BarInvalid,
+        "[  4.0] NVRM: This PCI I/O region assigned to your NVIDIA device is invalid:",
+        "kernel-open/nvidia/nv-pci.c, nv_pci_validate_bars",
+    ),
+    (
+        Sig::NeedsOpenModule,
+        "[  3.0] NVRM: The NVIDIA GPU 0000:02:00.0 (PCI ID: 10de:2c58)\n[  3.0] NVRM: installed in this system requires use of the NVIDIA open kernel modules.\n[  3.0] NVRM: GPU 0000:02:00.0: RmInitAdapter failed! (0x22:0x56:884)",
+        "the proprietary module 580.105.08 on a Blackwell GPU (public reports)",
+    ),
+    (
+        Sig::LegacyGpu,
+        "[  568.286327] NVRM: The NVIDIA GRID K520 GPU installed in this system is\n[  568.286328] NVRM:  supported through the NVIDIA 367.xx Legacy drivers.",
+        "kernel-open/nvidia/nv.c, the legacy-branch notice",
+    ),
+    (
+        Sig::DriverLockupLogged,
+        "[ 245.1] watchdog: BUG: soft lockup - CPU#3 stuck for 23s! [UVM GPU1 BH:1234]\n[ 245.1] Call Trace:\n[ 245.1]  uvm_spin_loop+0x3c/0x80 [nvidia_uvm]\n[ 245.1] ---[ end trace 0000000000000000 ]---",
+        "kernel/watchdog.c; nvidia_uvm frames (open-gpu-kernel-modules issue 1223)",
+    ),
+    (
+        Sig::DriverOopsLogged,
+        "[ 88.0] BUG: unable to handle page fault for address: 0000000000001000\n[ 88.0] Oops: 0000 [#1] SMP NOPTI\n[ 88.0] RIP: 0010:_nv012345rm+0x1f/0x40 [nvidia]\n[ 88.0] ---[ end trace 0000000000000000 ]---",
+        "arch/x86/mm/fault.c, an oops in nvidia.ko",
+    ),
+    (
+        Sig::ApiMismatchLogged,
+        "[ 70.0] NVRM: API mismatch: the client has the version 570.148.08, but\n[ 70.0] NVRM: this kernel module has the version 570.148.06.",
+        "kernel-open/nvidia/nv.c, nvidia_ioctl's version check",
+    ),
+    (
+        Sig::HmmErrorLogged,
+        "[ 61.2] nvidia-uvm: uvm_pmm_gpu.c:3176 devmem_alloc_pagemap[pid:92821] request_free_mem_region() err -34",
+        "NVIDIA CUDA 13.2 release notes, known issues; uvm_pmm_gpu.c",
+    ),
+    (
+        Sig::HmmErrorLogged,
+        "[ 61.2] nvidia-uvm: uvm_pmm_gpu.c:3190 devmem_alloc_pagemap[pid:92821] memremap_pages() err -12",
+        "uvm_pmm_gpu.c, 590.48.01",
+    ),
+    (
+        Sig::ResumedAfterUvmLoad,
+        "[   9.0] nvidia-uvm: Loaded the UVM driver, major device number 508.\n[3600.0] PM: suspend exit",
+        "kernel-open/nvidia-uvm/uvm.c; kernel/power/suspend.c",
+    ),
+];
+
+#[test]
+fn each_kernel_log_signal_holds_on_its_real_lines_and_fails_on_a_clean_log() {
+    for (sig, text, from) in LOG_FORMS {
+        let e = with_log(text);
+        assert_eq!(
+            state(&e, &plain(), *sig),
+            State::Holds,
+            "{} on {text:?} ({from})",
+            sig.name()
+        );
+        let clean = with_log("[    0.000000] Linux version 6.8.0-45-generic\n");
+        assert_eq!(
+            state(&clean, &plain(), *sig),
+            State::Fails,
+            "{}",
+            sig.name()
+        );
+        // Unreadable: unknown, but for a signal with a second source (the PCI bus says
+        // which driver holds a GPU).
+        let unread = healthy_open_host()
+            .with(|e| e.kernel_log = Fact::unavailable("Operation not permitted", "/dev/kmsg"));
+        if *sig != Sig::GpuHeldElsewhere {
+            assert_eq!(
+                state(&unread, &plain(), *sig),
+                State::Unknown,
+                "{}",
+                sig.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn a_refusal_before_the_last_successful_load_is_history() {
+    let e = with_log(
+        "[ 5.1] Loading of unsigned module is rejected\n[ 9.0] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  590.48.01",
+    );
+    assert_eq!(
+        state(&e, &plain(), Sig::ModuleRefusedSignature),
+        State::Fails
+    );
+}
+
+/// `(signal, exit status, output, where it comes from)`.
+const SMI_FORMS: &[(Sig, &str, &str, &str)] = &[
+    (
+        Sig::SmiNoDevices,
+        "exit status 6",
+        "No devices were found\n",
+        "nvidia-smi on a loaded driver without a GPU",
+    ),
+    (
+        Sig::SmiNoDevices,
+        "exit status 255",
+        "Failed to initialize NVML: No supported GPUs were found\n",
+        "nvidia-smi of 550.163.01 loaded without a GPU",
+    ),
+    (
+        Sig::SmiNoDriver,
+        "exit status 9",
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.\n",
+        "nvidia-smi without a driver",
+    ),
+    (
+        Sig::SmiVersionMismatch,
+        "exit status 18",
+        "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 570.148\n",
+        "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
+    ),
+    (
+        Sig::SmiUnknownError,
+        "exit status 255",
+        "Failed to initialize NVML: Unknown Error\n",
+        "535.261.03 without a GPU; NVML denied the nodes (a container after a daemon-reload)",
+    ),
+];
+
+#[test]
+fn each_nvidia_smi_signal_holds_on_its_real_output() {
+    for (sig, status, out, from) in SMI_FORMS {
+        let e = healthy_open_host().with(|e| {
+            e.smi = Fact::unavailable(format!("failed: {status}"), "nvidia-smi -q");
+            e.smi_outcome = Fact::ok(classify_smi(Some(status), out), "nvidia-smi -q");
+        });
+        assert_eq!(
+            state(&e, &plain(), *sig),
+            State::Holds,
+            "{} ({from})",
+            sig.name()
+        );
+        // The healthy listing: every failure signal fails, the listing holds.
+        assert_eq!(state(&healthy_open_host(), &plain(), *sig), State::Fails);
+    }
+    assert_eq!(
+        state(&healthy_open_host(), &plain(), Sig::SmiListsGpus),
+        State::Holds
+    );
+}
+
+#[test]
+fn hmm_allowed_from_the_parameter_or_the_drivers_default() {
+    let e = healthy_open_host();
+    assert_eq!(state(&e, &plain(), Sig::HmmAllowed), State::Holds);
+    assert_eq!(
+        state(&e.clone().hmm_param("Y"), &plain(), Sig::HmmAllowed),
+        State::Fails
+    );
+    // The parameter unread: the default, off x86_64 (uvm_hmm.c) and before 535.
+    let unread = e.clone().with(|e| {
+        e.uvm_params = Fact::unavailable("not present", "/sys/module/nvidia_uvm/parameters")
+    });
+    assert_eq!(state(&unread, &plain(), Sig::HmmAllowed), State::Unknown);
+    let arm = unread
+        .clone()
+        .with(|e| e.arch = Fact::ok("aarch64".into(), "/proc/sys/kernel/arch"));
+    assert_eq!(state(&arm, &plain(), Sig::HmmAllowed), State::Fails);
+    let old = unread.with(|e| {
+        if let Ok(d) = &mut e.driver.value {
+            d.version = "525.147.05".into();
+        }
+    });
+    assert_eq!(state(&old, &plain(), Sig::HmmAllowed), State::Fails);
+}
+
+#[test]
+fn a_node_made_for_another_major_and_an_allow_list_without_the_uvm_major() {
+    let e = healthy_open_host();
+    assert_eq!(state(&e, &plain(), Sig::NodeNumberMismatch), State::Fails);
+    let stale = e.clone().with(|e| {
+        if let Ok(n) = &mut e.dev_nodes.value {
+            for d in n.iter_mut().filter(|d| d.path == "/dev/nvidia-uvm") {
+                d.dev = Some((507, 0));
+            }
+        }
+    });
+    let r = Signals::read(&stale, &plain());
+    assert_eq!(r.state(Sig::NodeNumberMismatch), State::Holds);
+    assert!(r.get(Sig::NodeNumberMismatch).value.contains("507:0"));
+    let lxc = e.container("lxc", Some(STALE_ALLOW));
+    assert_eq!(state(&lxc, &plain(), Sig::AllowListMissesUvm), State::Holds);
+    assert!(allow_line_permits("c 195:* rwm", 195, 255));
+    assert!(allow_line_permits("a *:* rwm", 508, 0));
+    assert!(!allow_line_permits("c 195:* r", 195, 255));
+}
+
+#[test]
+fn visible_devices_that_name_no_gpu() {
+    let e = healthy_open_host();
+    for (v, none) in [
+        ("", true),
+        ("-1", true),
+        ("none", true),
+        ("5", true),
+        ("0", false),
+        ("GPU-1234", false),
+    ] {
+        let o = watched().cuinit(100, 0.01).visible_devices(v);
+        let want = if v == "GPU-1234" {
+            State::Unknown
+        } else if none {
+            State::Holds
+        } else {
+            State::Fails
+        };
+        assert_eq!(state(&e, &o, Sig::VisibleDevicesNameNone), want, "{v:?}");
+    }
+    assert_eq!(
+        state(&e, &watched().cuinit(100, 0.01), Sig::VisibleDevicesSet),
+        State::Fails
+    );
+    assert_eq!(state(&e, &plain(), Sig::VisibleDevicesSet), State::Unknown);
+}
+
+#[test]
+fn what_the_probes_saw_is_unknown_without_a_process() {
+    let e = healthy_open_host();
+    for s in [
+        Sig::DeviceOpensOk,
+        Sig::OpenDenied,
+        Sig::RegisterGpuFailed,
+        Sig::ForkedAfterInit,
+        Sig::ThreadInDriver,
+    ] {
+        assert_eq!(state(&e, &plain(), s), State::Unknown, "{}", s.name());
+    }
+    let o = watched().cuinit(3, 0.4).opens(4);
+    assert_eq!(state(&e, &o, Sig::DeviceOpensOk), State::Holds);
+    assert_eq!(state(&e, &o, Sig::RegisterGpuFailed), State::Fails);
+    // Without the ioctl probes, a driver call's failure is unknown, not absent.
+    let blind = o.unavailable("tracepoint:ioctl: refused");
+    assert_eq!(state(&e, &blind, Sig::RegisterGpuFailed), State::Unknown);
+    assert_eq!(
+        state(&e, &register_gpu_no_memory(), Sig::RegisterGpuNoMemory),
+        State::Holds
+    );
+}
+
+#[test]
+fn an_hgx_board_is_an_nvswitch_system_without_nodes_or_fabric_state() {
+    let e = healthy_open_host().smi(|s| {
+        s.gpus = 8;
+        s.product_name = vec!["NVIDIA B200".into(); 8];
+        s.fabric_state = vec![String::new(); 8];
+    });
+    let e = e.with(|e| e.nvswitch_nodes = Fact::ok(vec![], "/dev/nvidia-nvswitch*"));
+    assert_eq!(state(&e, &plain(), Sig::NvswitchPresent), State::Holds);
+    let pcie = e.smi(|s| s.product_name = vec!["NVIDIA H100 PCIe".into(); 8]);
+    assert_eq!(state(&pcie, &plain(), Sig::NvswitchPresent), State::Fails);
+}
+
+#[test]
+fn the_kernel_log_is_classified_once_for_every_reader() {
+    let log: KernelLog = parse_kernel_log(LOG_FORMS[0].1);
+    let c = kernel_log::classify(&log);
+    assert_eq!(c.refused_signature.len(), 1);
+    assert!(c.refused_other_kernel.is_empty());
+}
