@@ -244,7 +244,7 @@ pub struct Finding {
     pub runbook: String,
     /// For a finding short of high confidence: the one command whose output confirms this
     /// cause or rules it out, telling it apart from the other causes that fit
-    /// ([`Rule::tell_apart`](super::rules::Rule::tell_apart)). Absent when certain.
+    /// ([`Cause::tell_apart`](super::cause::Cause::tell_apart)). Absent when certain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tell_apart: Option<String>,
 }

@@ -70,6 +70,9 @@ pub enum SymptomKind {
     CuinitFailed { code: i64 },
     /// `cuInit` has not returned (its driver call unseen).
     CuinitHung,
+    /// A thread sleeps and has not come back (its state, `wchan` or kernel stack seen; the
+    /// call it is in unseen): `nvidia-smi` or another driver user, stuck.
+    ThreadStuck { state: String },
     /// A thread is inside this driver call and has not returned.
     CallHung { call: String, node: String },
     /// A driver call failed (outside a `cuInit` that returned 0).
@@ -120,7 +123,8 @@ pub enum Fits {
     Cuinit(&'static [i64]),
     /// `cuInit` hangs with its driver call unseen.
     CuinitHung,
-    /// A thread stuck in this driver call (any when `None`).
+    /// A thread stuck in this driver call (any when `None`; `None` also matches a thread
+    /// stuck in a call not seen).
     CallHung(Option<&'static str>),
     /// This driver call failed (any when `None`).
     CallFailed(Option<&'static str>),
@@ -147,6 +151,7 @@ impl Fits {
             }
             (Fits::CuinitHung, SymptomKind::CuinitHung) => true,
             (Fits::CallHung(c), SymptomKind::CallHung { call, .. }) => c.is_none_or(|c| c == call),
+            (Fits::CallHung(None), SymptomKind::ThreadStuck { .. }) => true,
             (Fits::CallFailed(c), SymptomKind::CallFailed { call, .. }) => {
                 c.is_none_or(|c| c == call)
             }
@@ -183,6 +188,24 @@ fn inside(o: &Observations) -> Option<String> {
         .map(|(p, e)| format!("open {p} -> {e}"))
 }
 
+/// What was seen of a stuck thread whose call was not seen, in words: its state, `wchan`
+/// and top frame. `None` without any (and for a process whose `cuInit` returned: its stuck
+/// call would have been seen).
+fn stuck_thread(o: &Observations) -> Option<String> {
+    if o.cuinit_result.is_some() {
+        return None;
+    }
+    let parts: Vec<String> = [
+        o.stuck_state.as_ref().map(|s| format!("state {s}")),
+        o.stuck_wchan.as_ref().map(|w| format!("wchan {w}")),
+        o.stuck_stack.first().map(|f| format!("in {f}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
 /// The symptom of what the probes saw of a process, when they saw a failure.
 fn of_process(o: &Observations, s: &Signals) -> Option<Symptom> {
     let probe = |name: &str| Source::probe(format!("probe:{name}"));
@@ -210,6 +233,25 @@ fn of_process(o: &Observations, s: &Signals) -> Option<Symptom> {
             inside: None,
             severity: Severity::Critical,
             source: probe("cuInit"),
+        });
+    }
+    if let Some(state) = stuck_thread(o) {
+        return Some(Symptom {
+            kind: SymptomKind::ThreadStuck {
+                state: state.clone(),
+            },
+            what: format!("a thread has not come back from the driver: {state}"),
+            inside: None,
+            severity: Severity::Critical,
+            source: Source::probe(format!(
+                "/proc/{}/task/{}",
+                o.pid
+                    .map(|p| p.to_string())
+                    .unwrap_or_else(|| "<pid>".into()),
+                o.stuck_tid
+                    .map(|t| t.to_string())
+                    .unwrap_or_else(|| "<tid>".into())
+            )),
         });
     }
     if let Some(r) = o.cuinit_result.filter(|r| *r != 0) {
@@ -374,6 +416,7 @@ const DRIVER_WANTED: &[Sig] = &[
     Sig::ModuleBuiltForOtherKernel,
     Sig::ModuleNotBuilt,
     Sig::ModuleRefusedBySecurity,
+    Sig::ModuleLoadFailed,
     Sig::OpenModuleUnsupportedGpu,
     Sig::DriverFoundNoGpu,
 ];
@@ -397,6 +440,9 @@ const HOST_SYMPTOMS: &[(HostSymptom, Severity, &[Sig])] = &[
         &[
             Sig::GpuFellOffBus,
             Sig::AdapterInitFailed,
+            Sig::ProbeFailed,
+            Sig::BoundGpuNotListed,
+            Sig::GpuFatalXid,
             Sig::GspFailed,
             Sig::Wpr2Up,
             Sig::BarInvalid,

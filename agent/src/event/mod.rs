@@ -355,9 +355,10 @@ pub struct ContextCall {
     /// `CUDA_VISIBLE_DEVICES` in the process's initial environment (`/proc/<pid>/environ`),
     /// read with [`ContextCall::gpu_nodes`]; `None` when unset or unreadable.
     pub cuda_visible_devices: Option<String>,
-    /// A successful `cuDeviceGetCount` whose count is below the GPUs the process has (its
-    /// GPU nodes, else the GPUs `nvidia-smi` lists): the diagnosis then runs (see
-    /// `doctor::rules::device_count_disagrees`).
+    /// A successful `cuDeviceGetCount` whose count is below the devices the process has (its
+    /// GPU nodes, else with MIG on the MIG devices `nvidia-smi` lists; at most the entries of
+    /// `CUDA_VISIBLE_DEVICES`): the diagnosis then runs (see
+    /// `doctor::signal::device_count_disagrees`).
     pub count_disagrees: bool,
     /// The diagnosis of a failure or of a disagreeing count.
     pub findings: Vec<Arc<Finding>>,

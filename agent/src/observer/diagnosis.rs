@@ -128,10 +128,22 @@ impl Diagnosis {
     }
 
     /// Whether a device count `cuDeviceGetCount` returned is below the GPUs the process has
-    /// (`gpu_nodes` in its root, else the GPUs the facts list; see
+    /// (`gpu_nodes` in its root, else the MIG devices and GPUs the facts list, at most the
+    /// entries of `CUDA_VISIBLE_DEVICES`; see
     /// [`signal::device_count_disagrees`]): such a count is diagnosed.
-    pub fn device_count_disagrees(&self, count: i32, gpu_nodes: Option<u32>) -> bool {
-        signal::device_count_disagrees(self.evidence.smi.get(), gpu_nodes, count).is_some()
+    pub fn device_count_disagrees(
+        &self,
+        count: i32,
+        gpu_nodes: Option<u32>,
+        cuda_visible_devices: Option<&str>,
+    ) -> bool {
+        signal::device_count_disagrees(
+            self.evidence.smi.get(),
+            gpu_nodes,
+            cuda_visible_devices,
+            count,
+        )
+        .is_some()
     }
 
     /// Takes facts the reader thread sent; `true` when they differ from the current ones.

@@ -387,7 +387,9 @@ impl<K: KernelSide> Observer<K> {
             (None, None)
         };
         let count_disagrees = match (count, self.diagnosis.as_ref()) {
-            (Some(n), Some(d)) if e.ret == 0 => d.device_count_disagrees(n, gpu_nodes),
+            (Some(n), Some(d)) if e.ret == 0 => {
+                d.device_count_disagrees(n, gpu_nodes, cuda_visible_devices.as_deref())
+            }
             _ => false,
         };
         let c = ContextCall {

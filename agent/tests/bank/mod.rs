@@ -388,8 +388,12 @@ fn smi_gpu(i: u32, g: Option<&Gpu>) -> SmiGpu {
     if let Some(m) = g.mig {
         s.mig_mode = if m { "Enabled" } else { "Disabled" }.into();
     }
-    if let Some(n) = g.mig_instances {
-        s.mig_devices = n;
+    // A MIG instance count the report does not give: one per GPU with MIG on (a MIG set-up
+    // in use; "MIG on with no instance" is a fact a case states).
+    match (g.mig, g.mig_instances) {
+        (_, Some(n)) => s.mig_devices = n,
+        (Some(true), None) => s.mig_devices = 1,
+        _ => {}
     }
     if let Some(f) = &g.fabric_state {
         s.fabric_state = f.clone();

@@ -15,7 +15,12 @@ pub const CAUSE: Cause = Cause {
           modules refused by the proprietary one ('requires use of the NVIDIA open kernel \
           modules', then RmInitAdapter failed! (0x22:0x56), Blackwell). A GPU that stops answering on PCIe \
           'has fallen off the bus' (Xid 79, nverror.h) and stays lost until a reboot; opens of \
-          its node fail with EIO and its calls fail or hang.",
+          its node fail with EIO and its calls fail or hang. The probe itself can fail on the \
+          PCI bus (nv-pci.c: pci_enable_device, no IRQ, registers claimed): with no GPU left \
+          the module does not load. A GPU bound to nvidia that nvidia-smi does not list is one \
+          the driver could not bring up; Xids after which the GPU needs a reset (ECC double \
+          bit 48, PMU halt 62, uncontained 95, GSP 119/120, 140, 143, recovery action 154) \
+          mean the same for work already running.",
     produces: &[
         (Fits::Host(HostSymptom::GpuFailed), Strong),
         (Fits::Open(&["EIO"]), Strong),
@@ -24,6 +29,7 @@ pub const CAUSE: Cause = Cause {
         (Fits::CallHung(None), Weak),
         (Fits::CallFailed(None), Weak),
         (Fits::Host(HostSymptom::DriverSeesNoGpu), Weak),
+        (Fits::Host(HostSymptom::DriverNotLoaded), Weak),
         (Fits::Host(HostSymptom::SmiNoDevices), Weak),
         (Fits::Host(HostSymptom::SmiUnknownError), Weak),
     ],
@@ -35,7 +41,10 @@ pub const CAUSE: Cause = Cause {
         (Wpr2Up, Decisive),
         (BarInvalid, Decisive),
         (NeedsOpenModule, Decisive),
+        (ProbeFailed, Decisive),
         (GspFailed, Strong),
+        (BoundGpuNotListed, Strong),
+        (GpuFatalXid, Strong),
         (OpenIoError, Strong),
         (NodeOpenIoError, Strong),
         (XidLogged, Weak),

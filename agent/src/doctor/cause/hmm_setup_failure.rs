@@ -25,7 +25,9 @@ pub const CAUSE: Cause = Cause {
           module with uvm_disable_hmm=N, a kernel with CONFIG_HMM_MIRROR and \
           CONFIG_DEVICE_PRIVATE, and no ATS (uvm_hmm.c). NVIDIA's CUDA release notes (known \
           issue: CUDA initialization can fail on certain Linux kernels with KASLR enabled) \
-          name KASLR, fixed upstream by ea72ce5da228 (6.11).",
+          name KASLR, fixed upstream by ea72ce5da228 (6.11); the 535.216.03 data-center \
+          release notes (known issue) add MIG: UVM may fail to initialize when both MIG and \
+          HMM are used on systems with many large-memory GPUs.",
     produces: &[
         (Fits::CallFailed(Some("UVM_REGISTER_GPU")), Strong),
         (Fits::CallHung(Some("UVM_REGISTER_GPU")), Strong),
@@ -46,6 +48,7 @@ pub const CAUSE: Cause = Cause {
         (KernelLacksKaslrFix, Weak),
         (DeviceOpensOk, Weak),
         (SmiListsGpus, Weak),
+        (MigOn, Weak),
     ],
     against: &[
         (HmmMemorySetUp, Strong),

@@ -1,5 +1,5 @@
-//! `module_refused`: the nvidia kernel module does not load: the kernel refused it, or no
-//! build of it exists for the running kernel.
+//! `module_refused`: an NVIDIA kernel module CUDA needs (nvidia, nvidia_uvm) does not load:
+//! the kernel refused it, or no build of it exists for the running kernel.
 
 use super::super::finding::{FixStep, Where};
 use super::super::signal::Sig::*;
@@ -8,20 +8,24 @@ use super::{step, Cause, CauseId, Ctx, Weight::*};
 
 pub const CAUSE: Cause = Cause {
     id: CauseId::ModuleRefused,
-    title: "the nvidia kernel module does not load: refused by the kernel, or not built for it",
+    title: "an NVIDIA kernel module (nvidia, nvidia_uvm) does not load: refused by the kernel, or not built for it",
     doc: "Without the nvidia module there is no /proc/driver/nvidia, no /dev/nvidiactl, and \
           cuInit returns 100 (or 999); nvidia-smi says it couldn't communicate with the \
           driver. The kernel refuses an unsigned build under Secure Boot or lockdown \
           (kernel/module/signing.c, security/lockdown/lockdown.c), a build for another kernel \
           (unknown symbols, version magic: kernel/module/), and the open flavour on a GPU \
           without GSP (nv-pci.c); after a kernel upgrade DKMS may have built none for the new \
-          kernel (modprobe: Module nvidia not found). The GPU itself is fine.",
+          kernel (modprobe: Module nvidia not found). nvidia_uvm is refused the same ways \
+          while nvidia stays loaded (an unknown GPL-only symbol: 'nvidia_uvm: Unknown symbol'), \
+          and then /dev/nvidia-uvm is never made. Any other failed insert names its errno \
+          (modprobe: could not insert 'nvidia_uvm': ...). The GPU itself is fine.",
     produces: &[
         (Fits::Host(HostSymptom::DriverNotLoaded), Strong),
+        (Fits::Host(HostSymptom::NodesMissing), Weak),
         (Fits::Cuinit(&[100, 999]), Weak),
         (Fits::Open(&["ENOENT", "ENXIO", "ENODEV"]), Weak),
     ],
-    needs: &[DriverAbsent],
+    needs: &[CudaModuleAbsent],
     rules_out: &[Wsl],
     supports: &[
         (ModuleRefusedSignature, Decisive),
@@ -29,6 +33,7 @@ pub const CAUSE: Cause = Cause {
         (ModuleNotBuilt, Decisive),
         (ModuleRefusedBySecurity, Decisive),
         (OpenModuleUnsupportedGpu, Decisive),
+        (ModuleLoadFailed, Strong),
         (GpuWithoutDriver, Strong),
         (LockdownOn, Strong),
         (SecureBootOn, Strong),
@@ -90,9 +95,20 @@ fn fix(c: &Ctx) -> Vec<FixStep> {
         &[
             "uname -r && dkms status",
             "sudo apt-get install linux-headers-$(uname -r) && sudo dkms autoinstall",
-            "sudo modprobe nvidia",
+            "sudo modprobe nvidia && sudo modprobe nvidia_uvm",
         ],
     ));
+    if c.holds(UvmNotLoaded) {
+        steps.push(step(
+            Where::Host,
+            format!(
+                "nvidia is loaded but nvidia_uvm is refused: a driver older than the kernel \
+                 (symbols the kernel no longer exports to it) needs a newer driver release \
+                 that supports this kernel; the kernel's line says which symbol.{host}"
+            ),
+            &["sudo modprobe nvidia_uvm; sudo dmesg | grep -i nvidia_uvm | tail -n 5"],
+        ));
+    }
     steps.push(step(
         Where::Any,
         "Verify: the version file exists and nvidia-smi lists the GPUs.",

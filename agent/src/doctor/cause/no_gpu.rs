@@ -26,7 +26,7 @@ pub const CAUSE: Cause = Cause {
         (Fits::Open(&["ENOENT", "ENXIO", "ENODEV"]), Weak),
     ],
     needs: &[],
-    rules_out: &[Wsl],
+    rules_out: &[Wsl, DriverHoldsGpu],
     supports: &[
         (DriverFoundNoGpu, Decisive),
         (DriverRegisteredNoGpu, Decisive),
@@ -42,6 +42,8 @@ pub const CAUSE: Cause = Cause {
         (AdapterInitFailed, Strong),
         (NeedsOpenModule, Strong),
         (GpuFellOffBus, Strong),
+        (BarInvalid, Strong),
+        (ProbeFailed, Strong),
     ],
     generic: false,
     yields_to: &[],

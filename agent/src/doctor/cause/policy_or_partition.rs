@@ -13,7 +13,9 @@ pub const CAUSE: Cause = Cause {
           unavailable' (nvidia-smi documentation). With MIG on, CUDA enumerates MIG devices \
           (a GPU instance with a compute instance) in place of the GPU, and none where no \
           instance exists (MIG User Guide): cuInit or the first CUDA call fails (46, 100, \
-          or 3 on some releases) or the device count is low.",
+          or 3 on some releases) or the device count is low. A process enumerates a single \
+          MIG device (MIG User Guide, CUDA Device Enumeration): one that asks for several \
+          (CUDA_VISIBLE_DEVICES=0,1,2,3, a data-parallel job) sees one.",
     produces: &[
         (Fits::Cuinit(&[46]), Strong),
         (Fits::StartCall(&[46]), Strong),
@@ -42,6 +44,10 @@ pub const CAUSE: Cause = Cause {
             when: &[MigWithoutDevices],
             severity: Severity::Warning,
         },
+        Hazard {
+            when: &[MigOn, VisibleDevicesSeveral],
+            severity: Severity::Warning,
+        },
     ],
     tell_apart: "nvidia-smi --query-gpu=index,compute_mode,mig.mode.current --format=csv && nvidia-smi -L: the compute mode, MIG mode and MIG devices of each GPU",
     fix,
@@ -54,8 +60,9 @@ fn fix(c: &Ctx) -> Vec<FixStep> {
         format!(
             "With MIG on, CUDA sees MIG devices only: create GPU instances with their default \
              compute instances from a profile nvidia-smi lists (MIG User Guide), or turn MIG \
-             off (nvidia-smi -mig 0, then reset the GPU); select MIG devices by UUID \
-             (CUDA_VISIBLE_DEVICES=MIG-<uuid>).{host}"
+             off (nvidia-smi -mig 0, then reset the GPU); a process uses one MIG device: \
+             give each process its own by UUID (CUDA_VISIBLE_DEVICES=MIG-<uuid>), or turn MIG \
+             off for a job that spans several GPUs.{host}"
         ),
         &[
             "nvidia-smi mig -lgip",

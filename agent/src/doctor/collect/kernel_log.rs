@@ -38,6 +38,9 @@ pub enum AdapterCause {
     Bar,
     /// GSP firmware that timed out or could not be initialized.
     Gsp,
+    /// The probe could not enable the GPU on the PCI bus or claim its interrupt or
+    /// registers.
+    Pci,
 }
 
 /// Substrings of the driver's kernel-log lines that name why a GPU did not come up, with
@@ -74,6 +77,19 @@ pub const ADAPTER_CAUSES: &[(&str, AdapterCause)] = &[
     // src/nvidia/arch/nvalloc/unix/src/osinit.c, RmInitAdapter: "Cannot initialize GSP
     // firmware RM" (with RM_INIT_FIRMWARE_INIT_FAILED, initStatus 0x62).
     ("Cannot initialize GSP firmware RM", AdapterCause::Gsp),
+    // kernel-open/nvidia/nv-pci.c (595.45.04), nv_pci_probe: "NVRM: pci_enable_device
+    // failed, aborting", "NVRM: Can't find an IRQ for your NVIDIA card!", "NVRM:
+    // request_mem_region failed for %lluM @ 0x%llx. This can", "NVRM: Fatal Error while
+    // attempting to resize PCIe BARs."; nv.c, nv_start_device: "No interrupts of any type
+    // are available. Cannot use this GPU.".
+    ("pci_enable_device failed", AdapterCause::Pci),
+    ("Can't find an IRQ for your NVIDIA card", AdapterCause::Pci),
+    ("request_mem_region failed for", AdapterCause::Pci),
+    ("No interrupts of any type are available", AdapterCause::Pci),
+    (
+        "Fatal Error while attempting to resize PCIe BARs",
+        AdapterCause::Bar,
+    ),
 ];
 
 /// Most [`KernelLog::adapter_causes`] lines kept (the first ones: the earliest says why).
@@ -97,6 +113,8 @@ pub fn adapter_cause(line: &str) -> Option<AdapterCause> {
 /// line).
 pub const NO_GPU_LINES: &[&str] = &[
     "NVRM: No NVIDIA GPU found.",
+    // nv.c, nv_drivers_init (595.45.04): the PCI driver registered no device.
+    "NVRM: No NVIDIA PCI devices found.",
     "NVRM: The NVIDIA probe routine was not called for",
     "NVRM: No NVIDIA devices probed.",
     "NVRM: None of the NVIDIA devices were initialized.",
@@ -151,6 +169,9 @@ pub const MODULE_REFUSED_LINES: &[&str] = &[
     "Invalid module format",
     "Exec format error",
     "not found in directory /lib/modules/",
+    // Any other refusal as modprobe words it (`modprobe: ERROR: could not insert
+    // 'nvidia_uvm': <strerror>`): the reason is the errno's text.
+    "could not insert '",
     // Security modules refusing a load (security/loadpin/loadpin.c; SELinux and AppArmor
     // audit records).
     "LoadPin:",
@@ -176,6 +197,7 @@ pub fn is_module_refused_line(msg: &str) -> bool {
                 | "Invalid module format"
                 | "Exec format error"
                 | "not found in directory /lib/modules/" => msg.contains("nvidia"),
+                "could not insert '" => msg.contains("could not insert 'nvidia"),
                 _ => true,
             }
     })

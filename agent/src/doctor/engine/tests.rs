@@ -228,6 +228,88 @@ fn each_cause_is_named_on_its_picture_and_not_on_its_near_miss() {
     assert!(!named(&d).contains(&Wsl2) && !named(&d).contains(&WslLinuxDriver));
 }
 
+/// The pictures a held-out batch found unnamed (batch 3, 2026-12-05), each as its class:
+/// a refused nvidia_uvm beside a loaded nvidia, a GPU the driver holds but cannot bring up,
+/// a hung thread whose call was not seen, a process that meant to use several MIG devices,
+/// a probe that failed on the PCI bus.
+#[test]
+fn the_classes_batch_3_found_are_named() {
+    let e = motivating_host();
+    // nvidia_uvm refused (an unknown GPL-only symbol) while nvidia is loaded.
+    let uvm_refused = e.clone().with(|e| {
+        e.modules = crate::doctor::facts::Fact::ok(vec!["nvidia".into()], "/proc/modules");
+        if let Ok(l) = &mut e.kernel_log.value {
+            l.module_refused =
+                vec!["nvidia_uvm: Unknown symbol radix_tree_preloads (err -2)".into()];
+        }
+    });
+    let d = diagnose(&uvm_refused, &plain());
+    assert_eq!(d.leading().map(|f| f.rule), Some(ModuleRefused), "{d:#?}");
+    assert!(d.ruled_out.iter().any(|r| r.rule == NodeOrModuleMissing));
+    // Near miss: nvidia_uvm simply not loaded, nothing refused: a missing module.
+    let not_loaded = uvm_refused.clone().log(|l| l.module_refused.clear());
+    assert_eq!(leading(&not_loaded, &plain()), NodeOrModuleMissing);
+
+    // A GPU bound to nvidia, nvidia-smi finding none: it did not come up; no_gpu ruled out.
+    let unlisted = e.clone().with(|e| {
+        e.smi_outcome = crate::doctor::facts::Fact::ok(
+            crate::doctor::facts::SmiOutcome {
+                verdict: crate::doctor::facts::SmiVerdict::NoGpu,
+                status: Some("exit status 6".into()),
+                message: Some("No devices were found".into()),
+            },
+            "nvidia-smi -q",
+        );
+    });
+    let d = diagnose(&unlisted, &plain());
+    assert_eq!(
+        d.leading().map(|f| f.rule),
+        Some(AdapterInitFailure),
+        "{d:#?}"
+    );
+    assert!(d
+        .ruled_out
+        .iter()
+        .any(|r| r.rule == NoGpu && r.by == "driver_holds_gpu"));
+
+    // A thread in D state whose call was not seen: the symptom named, the driver hang.
+    let stuck = watched().with(|o| {
+        o.stuck_state = Some("D (disk sleep)".into());
+        o.stuck_wchan = Some("uvm_spin_loop".into());
+    });
+    let d = diagnose(&healthy_open_host(), &stuck);
+    assert!(d.symptom.is_some(), "{d:#?}");
+    assert_eq!(d.leading().map(|f| f.rule), Some(DriverHang));
+
+    // One CUDA device on a host with two MIG devices.
+    let mig = e.clone().smi(|s| {
+        s.mig_mode = vec!["Enabled".into()];
+        s.mig_devices = vec![2];
+    });
+    let one = watched()
+        .cuinit(0, 0.3)
+        .with(|o| o.device_count_seen = Some(1));
+    assert_eq!(leading(&mig, &one), PolicyOrPartition);
+    // Near miss: without MIG, one device on a one-GPU host is all there is.
+    assert!(diagnose(&e, &one).symptom.is_none());
+
+    // The probe failed on the PCI bus: the module did not load for want of a usable GPU.
+    let probe = no_driver_host().with(|e| {
+        e.pci_gpus =
+            crate::doctor::facts::Fact::ok(vec![gpu("0000:18:00.0", None)], "/sys/bus/pci/devices");
+        if let Ok(l) = &mut e.kernel_log.value {
+            l.adapter_causes = vec!["NVRM: pci_enable_device failed, aborting".into()];
+            l.no_gpu = vec!["NVRM: None of the NVIDIA devices were initialized.".into()];
+        }
+    });
+    let d = diagnose(&probe, &plain());
+    assert_eq!(
+        d.leading().map(|f| f.rule),
+        Some(AdapterInitFailure),
+        "{d:#?}"
+    );
+}
+
 #[test]
 fn every_cause_has_a_picture_in_this_file() {
     let text = include_str!("tests.rs");
@@ -352,7 +434,7 @@ fn process() -> impl Strategy<Value = Observations> {
             ],
             0..2,
         ),
-        any::<bool>(),
+        0u8..3,
         any::<bool>(),
         prop_oneof![Just(None), Just(Some("")), Just(Some("0")), Just(Some("7"))],
         any::<bool>(),
@@ -371,13 +453,19 @@ fn process() -> impl Strategy<Value = Observations> {
                 for (p, e) in failed {
                     o = o.failed_open(p, e);
                 }
-                if stuck {
-                    o = o.stuck(
-                        "UVM_REGISTER_GPU",
-                        "/dev/nvidia-uvm",
-                        30.0,
-                        "D (disk sleep)",
-                    );
+                match stuck {
+                    // Stuck in a call seen.
+                    1 => {
+                        o = o.stuck(
+                            "UVM_REGISTER_GPU",
+                            "/dev/nvidia-uvm",
+                            30.0,
+                            "D (disk sleep)",
+                        )
+                    }
+                    // Stuck, the call unseen: its state alone.
+                    2 => o = o.with(|o| o.stuck_state = Some("D (disk sleep)".into())),
+                    _ => {}
                 }
                 if forked {
                     o = o.forked();
@@ -395,6 +483,7 @@ fn records_failure(o: &Observations) -> bool {
     o.cuinit_result.is_some_and(|r| r != 0)
         || o.cuinit_in_flight
         || o.stuck_in.is_some()
+        || (o.cuinit_result.is_none() && o.stuck_state.is_some())
         || !o.failed_opens.is_empty()
         || o.forked_after_parent_init
         || o.context_result.is_some_and(|r| r != 0)

@@ -1,7 +1,7 @@
 //! Signals of the nvidia module, the GPUs it registered and the PCI bus: read from
 //! `/proc/driver/nvidia/{version,params,gpus}`, `/proc/modules` and `/sys/bus/pci/devices`.
 
-use super::super::facts::{Evidence, PciGpu};
+use super::super::facts::{Evidence, PciGpu, SmiVerdict};
 use super::{Input, Reading, Source};
 
 /// `nvidia` is among the loaded modules.
@@ -62,6 +62,25 @@ pub(super) fn uvm_loaded(i: &Input) -> Reading {
             Source::host(&e.modules.source),
         ),
         None => Reading::of_unread(&e.modules),
+    }
+}
+
+pub(super) fn cuda_module_absent(i: &Input) -> Reading {
+    let driver = absent(i);
+    if driver.state == super::State::Holds {
+        return driver;
+    }
+    let uvm = uvm_not_loaded(i);
+    match (driver.state, uvm.state) {
+        (_, super::State::Holds) => uvm,
+        (super::State::Fails, super::State::Fails) => Reading::fails(
+            "nvidia and nvidia_uvm loaded",
+            Source::host(&i.e.modules.source),
+        ),
+        _ => Reading::unknown(
+            "which nvidia modules are loaded is not known",
+            Source::host(&i.e.modules.source),
+        ),
     }
 }
 
@@ -150,6 +169,75 @@ pub(super) fn without_driver(i: &Input) -> Reading {
         }
         None => Reading::of_unread(f),
     }
+}
+
+/// The NVIDIA GPUs on the bus bound to `nvidia`, by address.
+fn bound_to_nvidia(g: &[PciGpu]) -> Vec<&str> {
+    g.iter()
+        .filter(|g| g.driver.as_deref() == Some("nvidia"))
+        .map(|g| g.address.as_str())
+        .collect()
+}
+
+pub(super) fn holds_gpu(i: &Input) -> Reading {
+    let f = &i.e.pci_gpus;
+    let Some(g) = pci(i) else {
+        return Reading::of_unread(f);
+    };
+    let bound = bound_to_nvidia(g);
+    // An excluded GPU stays bound to nvidia, unused (`NVreg_ExcludedGpus`).
+    let excluded = excluded(i);
+    if !bound.is_empty() && excluded.state == super::State::Holds {
+        return Reading::unknown(
+            format!(
+                "{} bound to nvidia, but {}",
+                bound.join(", "),
+                excluded.value
+            ),
+            Source::host(&f.source),
+        );
+    }
+    Reading::either(
+        !bound.is_empty(),
+        format!("{} bound to nvidia", bound.join(", ")),
+        "no NVIDIA GPU bound to nvidia",
+        Source::host(&f.source),
+    )
+}
+
+pub(super) fn bound_not_listed(i: &Input) -> Reading {
+    let e = i.e;
+    let Some(g) = pci(i) else {
+        return Reading::of_unread(&e.pci_gpus);
+    };
+    let bound = bound_to_nvidia(g).len();
+    // What the driver can use: nvidia-smi's list when it answered, else the GPUs the driver
+    // registered.
+    let listed = match e.smi_outcome.get().map(|o| o.verdict) {
+        Some(SmiVerdict::GpusListed) => e
+            .smi
+            .get()
+            .map(|s| (s.gpus as usize, "nvidia-smi lists", &e.smi.source)),
+        Some(SmiVerdict::NoGpu) => Some((0, "nvidia-smi lists", &e.smi_outcome.source)),
+        _ => None,
+    }
+    .or_else(|| {
+        e.gpus
+            .get()
+            .map(|r| (r.len(), "the driver registered", &e.gpus.source))
+    });
+    let Some((n, who, src)) = listed else {
+        return Reading::unknown(
+            "neither nvidia-smi's list nor the driver's GPUs were read",
+            Source::host(&e.smi_outcome.source),
+        );
+    };
+    Reading::either(
+        bound > n,
+        format!("{bound} GPU(s) bound to nvidia, {who} {n}"),
+        format!("{bound} GPU(s) bound to nvidia, {who} {n}"),
+        Source::host(src),
+    )
 }
 
 pub(super) fn held_elsewhere(i: &Input) -> Reading {

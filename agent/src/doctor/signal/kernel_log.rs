@@ -18,6 +18,8 @@ pub struct Classified {
     pub not_built: Vec<String>,
     /// A security module refused the load.
     pub refused_security: Vec<String>,
+    /// modprobe could not insert an nvidia module for another reason.
+    pub load_failed: Vec<String>,
     /// The open module refused a GPU without GSP.
     pub open_unsupported: Vec<String>,
     /// The driver refused to load for want of a GPU.
@@ -34,6 +36,8 @@ pub struct Classified {
     pub wpr2: Vec<String>,
     /// A PCI BAR invalid or unassignable.
     pub bar: Vec<String>,
+    /// The probe could not enable the GPU or claim its interrupt or registers.
+    pub probe_failed: Vec<String>,
     /// The GPU needs the open kernel modules.
     pub needs_open: Vec<String>,
     /// The GPU is supported by a legacy branch only.
@@ -53,6 +57,20 @@ pub struct Classified {
     /// Every Xid, in order.
     pub xids: Vec<u32>,
 }
+
+/// modprobe's words for `ENODEV` (`modprobe: ERROR: could not insert 'nvidia': No such
+/// device`): `nvidia_init_module` found no GPU to drive (`nv.c`).
+const INSERT_NO_DEVICE: &str = "could not insert 'nvidia': No such device";
+
+/// modprobe's refusal of any other reason.
+const INSERT_FAILED: &str = "could not insert 'nvidia";
+
+/// Xids after which the GPU needs a reset or is gone (`nverror.h`, 595.45.04):
+/// `ROBUST_CHANNEL_GPU_ECC_DBE` 48, `PMU_HALT_ERROR` 62, `ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS`
+/// 79, `ROBUST_CHANNEL_UNCONTAINED_ERROR` 95, `GSP_RPC_TIMEOUT` 119, `GSP_ERROR` 120,
+/// `UNRECOVERABLE_ECC_ERROR_ESCAPE` 140, `GPU_INIT_ERROR` 143, `GPU_RECOVERY_ACTION_CHANGED`
+/// 154 (NVIDIA's Xid catalog: a GPU reset or a reboot is the immediate action).
+pub const XID_FATAL: &[u32] = &[48, 62, 79, 95, 119, 120, 140, 143, 154];
 
 /// Signature enforcement and lockdown (`kernel/module/signing.c`, `module_sig_check`:
 /// "Loading of unsigned module is rejected", "Loading of module with unavailable key is
@@ -127,6 +145,17 @@ const BAR: &[&str] = &[
     "PCI I/O region assigned to your NVIDIA device is invalid",
     "No address space to allocate resized BAR1",
     "Failed to re-allocate BAR1",
+    "Fatal Error while attempting to resize PCIe BARs",
+];
+
+/// `nv-pci.c`, `nv_pci_probe` (595.45.04): "pci_enable_device failed, aborting", "Can't
+/// find an IRQ for your NVIDIA card!", "request_mem_region failed for ..."; `nv.c`: "No
+/// interrupts of any type are available. Cannot use this GPU.".
+const PROBE: &[&str] = &[
+    "pci_enable_device failed",
+    "Can't find an IRQ for your NVIDIA card",
+    "request_mem_region failed for",
+    "No interrupts of any type are available",
 ];
 
 /// The proprietary module on a GPU only the open modules support (printed by the
@@ -209,6 +238,10 @@ pub fn classify(log: &KernelLog) -> Classified {
             c.open_unsupported.push(l.clone());
         } else if has(l, OTHER_KERNEL) {
             c.refused_other_kernel.push(l.clone());
+        } else if l.contains(INSERT_NO_DEVICE) {
+            c.found_no_gpu.push(l.clone());
+        } else if l.contains(INSERT_FAILED) {
+            c.load_failed.push(l.clone());
         }
     }
     for l in &log.no_gpu {
@@ -233,6 +266,8 @@ pub fn classify(log: &KernelLog) -> Classified {
             &mut c.wpr2
         } else if has(l, BAR) {
             &mut c.bar
+        } else if has(l, PROBE) {
+            &mut c.probe_failed
         } else if l.contains(NEEDS_OPEN) {
             &mut c.needs_open
         } else if has(l, LEGACY) && !l.contains("requires use of") {
@@ -344,6 +379,39 @@ pub(super) fn other_kernel(i: &Input) -> Reading {
 
 pub(super) fn not_built(i: &Input) -> Reading {
     with(i, |c| &c.not_built, "no 'module not found' line")
+}
+
+pub(super) fn load_failed(i: &Input) -> Reading {
+    with(i, |c| &c.load_failed, "no other 'could not insert' refusal")
+}
+
+pub(super) fn probe_failed(i: &Input) -> Reading {
+    with(
+        i,
+        |c| &c.probe_failed,
+        "no PCI enable, IRQ or register-claim failure",
+    )
+}
+
+pub(super) fn fatal_xid(i: &Input) -> Reading {
+    let src = Source::host(&i.e.kernel_log.source);
+    match &i.log {
+        Some(c) => {
+            let fatal: Vec<String> = c
+                .xids
+                .iter()
+                .filter(|x| XID_FATAL.contains(x))
+                .map(u32::to_string)
+                .collect();
+            Reading::either(
+                !fatal.is_empty(),
+                format!("Xid {}", fatal.join(", ")),
+                "no Xid that needs a GPU reset",
+                src,
+            )
+        }
+        None => Reading::of_unread(&i.e.kernel_log),
+    }
 }
 
 pub(super) fn refused_by_security(i: &Input) -> Reading {

@@ -227,6 +227,8 @@ signals! {
     UvmLoaded = "uvm_loaded" => driver::uvm_loaded;
     /// `nvidia_uvm` is not loaded while `nvidia` is.
     UvmNotLoaded = "uvm_not_loaded" => driver::uvm_not_loaded;
+    /// A module CUDA needs is not loaded: `nvidia`, or `nvidia_uvm` while `nvidia` is.
+    CudaModuleAbsent = "cuda_module_absent" => driver::cuda_module_absent;
     /// The driver registered no GPU: `/proc/driver/nvidia/gpus/` is empty (`nv-procfs.c`
     /// makes one entry per GPU it drives).
     DriverRegisteredNoGpu = "driver_registered_no_gpu" => driver::registered_no_gpu;
@@ -243,6 +245,13 @@ signals! {
     /// An NVIDIA GPU is bound to another kernel driver (`vfio-pci`, `nouveau`), on the PCI
     /// bus, or as the driver's own `NVRM: GPU ... is already bound to ...` line says.
     GpuHeldElsewhere = "gpu_held_elsewhere" => driver::held_elsewhere;
+    /// An NVIDIA GPU on the PCI bus is bound to `nvidia` (its probe succeeded: the driver
+    /// has it), and `ExcludedGpus` names none; unknown when it names some.
+    DriverHoldsGpu = "driver_holds_gpu" => driver::holds_gpu;
+    /// More GPUs are bound to `nvidia` than `nvidia-smi` lists (else than the driver
+    /// registered): the driver has a GPU it could not bring up (`RmInitAdapter` runs at the
+    /// first open, after the probe bound it).
+    BoundGpuNotListed = "bound_gpu_not_listed" => driver::bound_not_listed;
 
     // ----- nvidia_uvm's HMM (hmm.rs)
     /// nvidia_uvm may use HMM: `uvm_disable_hmm` is `N`. When the parameter cannot be read,
@@ -293,6 +302,10 @@ signals! {
     /// A security module refused the load (`LoadPin`, an SELinux or AppArmor denial of
     /// `module_load`).
     ModuleRefusedBySecurity = "module_refused_by_security" => kernel_log::refused_by_security;
+    /// `modprobe` could not insert an nvidia module for another reason than those above
+    /// (`modprobe: ERROR: could not insert 'nvidia_uvm': Cannot allocate memory`): the
+    /// module's own init failed.
+    ModuleLoadFailed = "module_load_failed" => kernel_log::load_failed;
     /// Kernel lockdown is on (`integrity` or `confidentiality`): only signed modules load
     /// (`security/lockdown/lockdown.c`).
     LockdownOn = "lockdown_on" => kernel_log::lockdown_on;
@@ -320,6 +333,11 @@ signals! {
     /// A PCI BAR of the GPU is invalid or could not be assigned (`nv-pci.c`:
     /// `nv_pci_validate_bars`, `nv_resize_pcie_bars`).
     BarInvalid = "bar_invalid" => kernel_log::bar_invalid;
+    /// The driver's probe could not enable the GPU on the PCI bus or claim its interrupt
+    /// or registers (`nv-pci.c`: `pci_enable_device failed`, `Can't find an IRQ for your
+    /// NVIDIA card`, `request_mem_region failed`; `nv.c`: `No interrupts of any type are
+    /// available`).
+    ProbeFailed = "probe_failed" => kernel_log::probe_failed;
     /// The GPU needs the open kernel modules (`requires use of the NVIDIA open kernel
     /// modules`, proprietary module, Blackwell and later), or the proprietary module's attach
     /// refused it (`RmInitAdapter failed! (0x22:0x56:...)`).
@@ -341,6 +359,12 @@ signals! {
     ResumedAfterUvmLoad = "resumed_after_uvm_load" => kernel_log::resumed;
     /// Any Xid in the kernel log (`NVRM: Xid (PCI:...): N`).
     XidLogged = "xid_logged" => kernel_log::xid;
+    /// An Xid after which the GPU needs a reset or is gone (`nverror.h`): 48
+    /// `ROBUST_CHANNEL_GPU_ECC_DBE`, 62 `PMU_HALT_ERROR`, 79 fallen off the bus, 95
+    /// `ROBUST_CHANNEL_UNCONTAINED_ERROR`, 119 `GSP_RPC_TIMEOUT`, 120 `GSP_ERROR`, 140
+    /// `UNRECOVERABLE_ECC_ERROR_ESCAPE`, 143 `GPU_INIT_ERROR`, 154
+    /// `GPU_RECOVERY_ACTION_CHANGED` (a reset or reboot required).
+    GpuFatalXid = "gpu_fatal_xid" => kernel_log::fatal_xid;
 
     // ----- nvidia-smi (smi.rs)
     /// `nvidia-smi -q` lists at least one GPU.
@@ -480,7 +504,9 @@ signals! {
     CuinitSlow = "cuinit_slow" => process::slow;
     /// The first open of a GPU node took a second or more: the GPU was brought up in it.
     FirstGpuOpenSlow = "first_gpu_open_slow" => process::first_open_slow;
-    /// `cuDeviceGetCount` returned fewer devices than the GPUs the process has.
+    /// `cuDeviceGetCount` returned fewer devices than the process has: its GPU nodes, or
+    /// under MIG the MIG devices (CUDA enumerates one a process), at most as many as
+    /// `CUDA_VISIBLE_DEVICES` lists.
     DeviceCountLow = "device_count_low" => process::count_low;
     /// `CUDA_VISIBLE_DEVICES` is set in the process's environment.
     VisibleDevicesSet = "visible_devices_set" => process::visible_set;
@@ -490,6 +516,9 @@ signals! {
     /// `CUDA_VISIBLE_DEVICES` names fewer GPUs than the process has: fewer entries, or an
     /// entry that names no GPU ends the list early.
     VisibleDevicesNarrow = "visible_devices_narrow" => process::visible_narrow;
+    /// `CUDA_VISIBLE_DEVICES` lists more than one device: the process means to use several
+    /// (under MIG, CUDA enumerates one MIG device a process).
+    VisibleDevicesSeveral = "visible_devices_several" => process::visible_several;
 }
 
 /// Every signal read once for one judgement.

@@ -410,23 +410,39 @@ pub(super) fn first_open_slow(i: &Input) -> Reading {
     }
 }
 
-/// The GPUs a process has, for its device count to be held against: the GPU nodes it
-/// sees in its own root (what its container was given); when those were not read, the
-/// GPUs `nvidia-smi` lists, but only with MIG on (a host's GPU count says nothing of what
-/// one container was given). CUDA enumerates one device per GPU it may use, fewer under
-/// `CUDA_VISIBLE_DEVICES`, and with MIG on one per MIG device in place of the GPU. More
-/// devices than GPUs is MIG partitioning at work, not a loss.
+/// The devices a process should see, for its device count to be held against, and what
+/// they are: the GPU nodes in its own root (what its container was given); when those were
+/// not read, and only with MIG on (a host's GPU count says nothing of what one container
+/// was given), the devices of `nvidia-smi -q`: each MIG device, and each GPU with MIG off.
+/// Under MIG, CUDA enumerates a single MIG device per process (NVIDIA's MIG User Guide, CUDA
+/// Device Enumeration: "a single CUDA process can only enumerate a single MIG device"), so a
+/// process that meant to use several sees one: the count is low. `CUDA_VISIBLE_DEVICES`
+/// caps it at the entries it lists (a process given one GPU on purpose sees one: not low).
+/// More devices than GPUs is MIG partitioning at work, not a loss.
 pub fn device_count_disagrees(
     smi: Option<&super::super::facts::SmiInfo>,
     gpu_nodes: Option<u32>,
+    cuda_visible_devices: Option<&str>,
     count: i32,
-) -> Option<u32> {
-    let gpus = gpu_nodes.filter(|&n| n > 0).or_else(|| {
-        smi.filter(|s| s.mig_mode.iter().any(|m| m == "Enabled"))
-            .map(|s| s.gpus)
-            .filter(|&g| g > 0)
-    })?;
-    (i64::from(count) < i64::from(gpus)).then_some(gpus)
+) -> Option<(u32, &'static str)> {
+    let (mut want, what) = match gpu_nodes.filter(|&n| n > 0) {
+        Some(n) => (n, "GPU(s)"),
+        None => {
+            let s = smi.filter(|s| s.mig_mode.iter().any(|m| m == "Enabled"))?;
+            let devices: u32 = (0..s.gpus as usize)
+                .map(|g| match s.mig_mode.get(g).map(String::as_str) {
+                    Some("Enabled") => s.mig_devices.get(g).copied().unwrap_or(0),
+                    _ => 1,
+                })
+                .sum();
+            (devices.max(s.gpus), "MIG device(s) and GPU(s) without MIG")
+        }
+    };
+    if let Some(v) = cuda_visible_devices {
+        let listed = v.split(',').filter(|e| !e.trim().is_empty()).count() as u32;
+        want = want.min(listed);
+    }
+    (i64::from(count) < i64::from(want)).then_some((want, what))
 }
 
 pub(super) fn count_low(i: &Input) -> Reading {
@@ -437,9 +453,14 @@ pub(super) fn count_low(i: &Input) -> Reading {
     }) else {
         return Reading::unknown("no device count seen", src);
     };
-    match device_count_disagrees(i.e.smi.get(), o.gpu_nodes_visible, count) {
-        Some(g) => Reading::holds(
-            format!("{count} device(s) where the process has {g} GPU(s)"),
+    match device_count_disagrees(
+        i.e.smi.get(),
+        o.gpu_nodes_visible,
+        o.cuda_visible_devices.as_deref(),
+        count,
+    ) {
+        Some((n, what)) => Reading::holds(
+            format!("{count} device(s) where the process has {n} {what}"),
             src,
         ),
         // No device at all on a host with a GPU: low whatever the process was given.
@@ -498,6 +519,28 @@ pub(super) fn visible_narrow(i: &Input) -> Reading {
         named < gpus,
         format!("CUDA_VISIBLE_DEVICES={v} names {named} of the {gpus} GPU(s)"),
         format!("CUDA_VISIBLE_DEVICES={v} names every one of the {gpus} GPU(s)"),
+        r.source,
+    )
+}
+
+pub(super) fn visible_several(i: &Input) -> Reading {
+    let r = visible_set(i);
+    if r.state != State::Holds {
+        return Reading {
+            state: if r.state == State::Fails {
+                State::Fails
+            } else {
+                State::Unknown
+            },
+            ..r
+        };
+    }
+    let v = i.o.cuda_visible_devices.clone().unwrap_or_default();
+    let n = v.split(',').filter(|e| !e.trim().is_empty()).count();
+    Reading::either(
+        n > 1,
+        format!("CUDA_VISIBLE_DEVICES={v}: {n} devices"),
+        format!("CUDA_VISIBLE_DEVICES={v}: {n} device(s)"),
         r.source,
     )
 }

@@ -5,7 +5,7 @@
 use super::*;
 use crate::doctor::collect::kernel_log::parse_kernel_log;
 use crate::doctor::collect::smi::classify_smi;
-use crate::doctor::facts::{Fact, KernelLog};
+use crate::doctor::facts::{Fact, KernelLog, PciGpu, SmiOutcome, SmiVerdict};
 use crate::doctor::fixtures::*;
 
 fn with_log(text: &str) -> Evidence {
@@ -127,6 +127,51 @@ const LOG_FORMS: &[(Sig, &str, &str)] = &[
         Sig::HmmErrorLogged,
         "[ 61.2] nvidia-uvm: uvm_pmm_gpu.c:3190 devmem_alloc_pagemap[pid:92821] memremap_pages() err -12",
         "uvm_pmm_gpu.c, 590.48.01",
+    ),
+    (
+        Sig::ModuleBuiltForOtherKernel,
+        "[  410.2] nvidia_uvm: module uses symbols from proprietary module nvidia, inheriting taint.\n[  410.2] nvidia_uvm: Unknown symbol radix_tree_preloads (err -2)",
+        "kernel/module/main.c, resolve_symbol: nvidia_uvm 455.38 on Linux 5.9, a GPL-only symbol (AOSC-Dev/aosc-os-abbs issue 2594)",
+    ),
+    (
+        Sig::ModuleLoadFailed,
+        "modprobe: ERROR: could not insert 'nvidia_uvm': Cannot allocate memory",
+        "kmod's modprobe, \"could not insert '%s': %s\" with strerror(ENOMEM) from nvidia_uvm's init",
+    ),
+    (
+        Sig::DriverFoundNoGpu,
+        "modprobe: ERROR: could not insert 'nvidia': No such device",
+        "kmod's modprobe with strerror(ENODEV): nvidia_init_module found no GPU (nv.c)",
+    ),
+    (
+        Sig::DriverFoundNoGpu,
+        "[    3.1] NVRM: No NVIDIA PCI devices found.",
+        "kernel-open/nvidia/nv.c, nv_drivers_init (595.45.04)",
+    ),
+    (
+        Sig::ProbeFailed,
+        "[    3.2] NVRM: pci_enable_device failed, aborting",
+        "kernel-open/nvidia/nv-pci.c, nv_pci_probe (595.45.04)",
+    ),
+    (
+        Sig::ProbeFailed,
+        "[    3.2] NVRM: Can't find an IRQ for your NVIDIA card!\n[    3.2] NVRM: Please check your BIOS settings.",
+        "kernel-open/nvidia/nv-pci.c, nv_pci_probe (595.45.04)",
+    ),
+    (
+        Sig::BarInvalid,
+        "[    3.2] NVRM: Fatal Error while attempting to resize PCIe BARs.",
+        "kernel-open/nvidia/nv-pci.c, nv_pci_probe (595.45.04)",
+    ),
+    (
+        Sig::GpuFatalXid,
+        "[ 5120.4] NVRM: Xid (PCI:0000:3b:00): 48, pid=4021, name=python3, An uncorrectable double bit error (DBE) has been detected on GPU (0x3b00)",
+        "nverror.h ROBUST_CHANNEL_GPU_ECC_DBE; NVIDIA's Dynamic Page Retirement guide (Visibility: XID 48)",
+    ),
+    (
+        Sig::GpuFatalXid,
+        "[ 7001.0] NVRM: Xid (PCI:0000:9b:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)",
+        "nverror.h GPU_RECOVERY_ACTION_CHANGED; NVIDIA's Xid catalog (Xid 154 linkage)",
     ),
     (
         Sig::ResumedAfterUvmLoad,
@@ -351,4 +396,129 @@ fn the_kernel_log_is_classified_once_for_every_reader() {
     let c = kernel_log::classify(&log);
     assert_eq!(c.refused_signature.len(), 1);
     assert!(c.refused_other_kernel.is_empty());
+}
+
+#[test]
+fn a_gpu_bound_to_nvidia_that_nvidia_smi_does_not_list() {
+    let e = healthy_open_host();
+    assert_eq!(state(&e, &plain(), Sig::DriverHoldsGpu), State::Holds);
+    assert_eq!(state(&e, &plain(), Sig::BoundGpuNotListed), State::Fails);
+    // nvidia-smi: "No devices were found" with the GPU bound (RmInitAdapter at first open).
+    let none = e.clone().with(|e| {
+        e.smi_outcome = Fact::ok(
+            SmiOutcome {
+                verdict: SmiVerdict::NoGpu,
+                status: Some("exit status 6".into()),
+                message: Some("No devices were found".into()),
+            },
+            "nvidia-smi -q",
+        );
+        e.smi = Fact::unavailable("No devices were found", "nvidia-smi -q");
+    });
+    assert_eq!(state(&none, &plain(), Sig::BoundGpuNotListed), State::Holds);
+    // Eight bound, seven listed: one GPU the driver could not bring up.
+    let eight = e.clone().with(|e| {
+        e.pci_gpus = Fact::ok(
+            (0..8)
+                .map(|n| PciGpu {
+                    address: format!("0000:{:02x}:00.0", 0x18 + n),
+                    class: "0x030200".into(),
+                    driver: Some("nvidia".into()),
+                })
+                .collect(),
+            "/sys/bus/pci/devices",
+        );
+        if let Ok(s) = &mut e.smi.value {
+            s.gpus = 7;
+        }
+    });
+    assert_eq!(
+        state(&eight, &plain(), Sig::BoundGpuNotListed),
+        State::Holds
+    );
+    // Bound to vfio-pci: the driver holds none; an excluded GPU leaves it unknown.
+    let vfio = e.clone().with(|e| {
+        e.pci_gpus = Fact::ok(
+            vec![PciGpu {
+                address: "0000:18:00.0".into(),
+                class: "0x030200".into(),
+                driver: Some("vfio-pci".into()),
+            }],
+            "/sys/bus/pci/devices",
+        )
+    });
+    assert_eq!(state(&vfio, &plain(), Sig::DriverHoldsGpu), State::Fails);
+    let excluded = e.with(|e| {
+        e.driver_params = Fact::ok(
+            [("ExcludedGpus".to_string(), "\"0000:18:00.0\"".to_string())]
+                .into_iter()
+                .collect(),
+            "/proc/driver/nvidia/params",
+        )
+    });
+    assert_eq!(
+        state(&excluded, &plain(), Sig::DriverHoldsGpu),
+        State::Unknown
+    );
+}
+
+#[test]
+fn a_cuda_module_absent_is_nvidia_or_nvidia_uvm() {
+    let e = healthy_open_host();
+    assert_eq!(state(&e, &plain(), Sig::CudaModuleAbsent), State::Fails);
+    let no_uvm = e
+        .clone()
+        .with(|e| e.modules = Fact::ok(vec!["nvidia".into()], "/proc/modules"));
+    assert_eq!(
+        state(&no_uvm, &plain(), Sig::CudaModuleAbsent),
+        State::Holds
+    );
+    assert_eq!(
+        state(&no_driver_host(), &plain(), Sig::CudaModuleAbsent),
+        State::Holds
+    );
+}
+
+#[test]
+fn under_mig_a_process_sees_one_mig_device() {
+    // One A100 with two MIG devices (pytorch/pytorch issue 130181: "a single CUDA process can
+    // only enumerate a single MIG device").
+    let mig = healthy_open_host().with(|e| {
+        if let Ok(s) = &mut e.smi.value {
+            s.mig_mode = vec!["Enabled".into()];
+            s.mig_devices = vec![2];
+        }
+    });
+    let one = watched()
+        .cuinit(0, 0.3)
+        .with(|o| o.device_count_seen = Some(1));
+    assert_eq!(state(&mig, &one, Sig::DeviceCountLow), State::Holds);
+    // Given one MIG device on purpose: what it asked for.
+    let pinned = one
+        .clone()
+        .visible_devices("MIG-4f1c2b3a-0d9e-5a6b-8c7d-1e2f3a4b5c6d");
+    assert_eq!(state(&mig, &pinned, Sig::DeviceCountLow), State::Fails);
+    // One GPU given on purpose on a host of several: not low either.
+    assert_eq!(
+        device_count_disagrees(None, Some(8), Some("3"), 1),
+        None,
+        "CUDA_VISIBLE_DEVICES=3 on eight GPUs"
+    );
+    assert_eq!(
+        device_count_disagrees(None, Some(8), Some("0,1,9"), 2),
+        Some((3, "GPU(s)"))
+    );
+    let several = watched().visible_devices("0,1,2,3");
+    assert_eq!(
+        state(&mig, &several, Sig::VisibleDevicesSeveral),
+        State::Holds
+    );
+    assert_eq!(
+        state(
+            &mig,
+            &watched().visible_devices("0"),
+            Sig::VisibleDevicesSeveral
+        ),
+        State::Fails
+    );
 }
