@@ -13,8 +13,9 @@
 //!    for it with at least 2 points (a strong one, or two weak ones), or the symptom is its
 //!    decisive mark, or it is generic (it names the symptom's class: a thread stuck in the
 //!    driver) and the symptom fits it strongly;
-//! 5. a candidate without a decisive signal that yields to another candidate with one is
-//!    ruled out, explained by that one.
+//! 5. a candidate without a decisive signal that yields to another candidate with one, or
+//!    that only weak signals speak for (the background a hazard is made of) beside a
+//!    candidate with a decisive signal, is ruled out, explained by that one.
 //!
 //! Candidates are ranked by score; on equal score a specific cause before a generic one,
 //! then the order of `CAUSES`. Confidence comes from what
@@ -104,6 +105,8 @@ struct Weighed {
     cause: &'static Cause,
     score: i32,
     decisive: bool,
+    /// A strong or decisive signal besides the symptom speaks for it.
+    strong_for: bool,
     strong_against: bool,
     unknown_needs: Vec<Sig>,
     fit: Option<Weight>,
@@ -135,8 +138,21 @@ pub fn judge(e: &Evidence, o: &Observations, s: &Signals, sym: Option<Symptom>) 
                 .filter(|w| w.decisive)
                 .map(|w| w.cause.id)
                 .collect();
+            // A candidate declared to yield to one with its decisive mark, and one that
+            // only weak signals speak for (the background a hazard is made of) beside a
+            // candidate with its decisive mark, is explained away by it.
             candidates.retain(|w| {
-                let by = w.cause.yields_to.iter().find(|y| decisive.contains(y));
+                let by = w
+                    .cause
+                    .yields_to
+                    .iter()
+                    .find(|y| decisive.contains(y))
+                    .or_else(|| {
+                        (!w.strong_for && w.fit != Some(Weight::Decisive))
+                            .then(|| decisive.first())
+                            .flatten()
+                            .filter(|d| **d != w.cause.id)
+                    });
                 match by.filter(|_| !w.decisive) {
                     Some(by) => {
                         ruled_out.push(RuledOut {
@@ -247,10 +263,12 @@ fn weigh(c: &'static Cause, s: &Signals, sym: Option<&Symptom>) -> Result<Weighe
     };
     let mut score = fit.map(Weight::points).unwrap_or(0);
     let mut decisive = fit == Some(Weight::Decisive);
+    let mut strong_for = false;
     for &(g, w) in c.supports {
         if s.holds(g) {
             score += w.points();
             decisive |= w == Weight::Decisive;
+            strong_for |= w >= Weight::Strong;
         }
     }
     let mut strong_against = false;
@@ -264,6 +282,7 @@ fn weigh(c: &'static Cause, s: &Signals, sym: Option<&Symptom>) -> Result<Weighe
         cause: c,
         score,
         decisive,
+        strong_for,
         strong_against,
         unknown_needs: c
             .needs

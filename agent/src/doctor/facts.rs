@@ -215,6 +215,9 @@ pub struct PciGpu {
     /// Kernel driver bound to it (`nvidia`, `vfio-pci`, `nouveau`), the last part of its
     /// `driver` link; `None` when no driver is bound.
     pub driver: Option<String>,
+    /// Its PCI device ID (`device`: `0x2bb5`), when read.
+    #[serde(default)]
+    pub device: Option<u16>,
 }
 
 /// Windows Subsystem for Linux 2: the GPU is the Windows host's, shared through `/dev/dxg`,

@@ -172,6 +172,8 @@ pub fn healthy_open_host() -> Evidence {
                 address: "0000:18:00.0".into(),
                 class: "0x030200".into(),
                 driver: Some("nvidia".into()),
+                // NVIDIA H200 (open-gpu-kernel-modules README, compatible GPUs).
+                device: Some(0x2335),
             }],
             "/sys/bus/pci/devices",
         ),

@@ -132,6 +132,8 @@ pub enum Fits {
     Open(&'static [&'static str]),
     /// A start-up call returned one of these codes (any failure when empty).
     StartCall(&'static [i64]),
+    /// A call past start-up returned one of these codes (any failure when empty).
+    LaterCall(&'static [i64]),
     /// Fewer CUDA devices than GPUs.
     DeviceCountLow,
     /// A fork after `cuInit`.
@@ -159,6 +161,9 @@ impl Fits {
                 errnos.contains(&errno.as_str())
             }
             (Fits::StartCall(codes), SymptomKind::StartCallFailed { code, .. }) => {
+                codes.is_empty() || codes.contains(code)
+            }
+            (Fits::LaterCall(codes), SymptomKind::LaterCallFailed { code, .. }) => {
                 codes.is_empty() || codes.contains(code)
             }
             (Fits::DeviceCountLow, SymptomKind::DeviceCountLow { .. }) => true,

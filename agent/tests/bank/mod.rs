@@ -16,7 +16,7 @@ use serde_json::Value;
 use uvmwatch_testbed::snapshot::gpuless::SMI_NO_DRIVER;
 use uvmwatch_testbed::snapshot::{
     boot_dmesg, gpu_addresses, smi_q, standard_nodes, ContainerSpec, DriverSpec, NodeSpec,
-    ProcessSpec, SmiGpu,
+    PciGpuSpec, ProcessSpec, SmiGpu,
 };
 use uvmwatch_testbed::{write_snapshot_fixture, SnapshotSpec};
 
@@ -98,6 +98,8 @@ struct Driver {
 struct PciGpu {
     address: String,
     driver: Option<String>,
+    /// `10de:2bb1`, as `lspci -nn` shows it.
+    device_id: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -247,7 +249,14 @@ pub fn spec_of(h: &Host) -> SnapshotSpec {
     if let Some(pci) = &h.pci_gpus {
         s.pci_gpus = Some(
             pci.iter()
-                .map(|g| (g.address.clone(), g.driver.clone()))
+                .map(|g| PciGpuSpec {
+                    address: g.address.clone(),
+                    driver: g.driver.clone(),
+                    device: g.device_id.as_deref().map(|id| {
+                        let hex = id.strip_prefix("10de:").expect("device_id 10de:xxxx");
+                        u16::from_str_radix(hex, 16).expect("device_id hex")
+                    }),
+                })
                 .collect(),
         );
     }
@@ -406,7 +415,14 @@ fn smi_gpu(i: u32, g: Option<&Gpu>) -> SmiGpu {
 
 /// Lays out `host` (and `observations`, as the snapshot's `observations.json`) under `dir`.
 pub fn write_case(dir: &Path, host: &Host, observations: Option<&Value>) {
-    write_snapshot_fixture(dir, &spec_of(host)).unwrap();
+    let mut spec = spec_of(host);
+    // HMM device memory the report does not show: set up (the healthy default), but not
+    // where the process's CUDA start failed or hangs, whose set-up may be what failed:
+    // there it is not recorded, as the report does not say.
+    if host.hmm_regions.is_none() && observations.is_some_and(cuda_start_failed) {
+        spec.iomem_recorded = false;
+    }
+    write_snapshot_fixture(dir, &spec).unwrap();
     if let Some(o) = observations {
         fs::write(
             dir.join("observations.json"),
@@ -414,6 +430,13 @@ pub fn write_case(dir: &Path, host: &Host, observations: Option<&Value>) {
         )
         .unwrap();
     }
+}
+
+/// Whether `observations` record `cuInit` failing or hanging.
+fn cuda_start_failed(o: &Value) -> bool {
+    o["cuinit_result"].as_i64().is_some_and(|r| r != 0)
+        || o["cuinit_in_flight"] == Value::Bool(true)
+        || o["stuck_in"].is_object()
 }
 
 /// `uvmwatch doctor --root dir` in `format` (`json`, `text`): its standard output.

@@ -164,6 +164,17 @@ impl ProcessSpec {
     }
 }
 
+/// An NVIDIA GPU on the PCI bus of a [`SnapshotSpec`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PciGpuSpec {
+    /// `0000:01:00.0`.
+    pub address: String,
+    /// The bound driver (`nvidia`, `vfio-pci`), `None` for none.
+    pub driver: Option<String>,
+    /// The PCI device ID (`0x2bb5`), `None` = its `device` file not written.
+    pub device: Option<u16>,
+}
+
 /// A machine to lay out as a snapshot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SnapshotSpec {
@@ -188,6 +199,9 @@ pub struct SnapshotSpec {
     pub nokaslr: bool,
     /// `/proc/iomem` has `nvidia-uvm-hmm` regions (one per GPU node).
     pub iomem_hmm: bool,
+    /// `/proc/iomem` is written at all (`false`: not recorded, as a report that does not
+    /// show it).
+    pub iomem_recorded: bool,
     /// `nvidia-smi -q` output (`commands/nvidia-smi.txt`); `None` = not captured (or
     /// failed, with [`SnapshotSpec::smi_failure`]).
     pub smi: Option<String>,
@@ -210,10 +224,10 @@ pub struct SnapshotSpec {
     pub daemons: Vec<String>,
     /// Processes with libcuda mapped.
     pub processes: Vec<ProcessSpec>,
-    /// NVIDIA GPUs on the PCI bus, `(address, bound driver)`, written as
-    /// `sys/bus/pci/devices/<address>/{vendor,class}` and a `driver` link (none when the
-    /// driver is `None`); `None` = no `sys/bus/pci` (a snapshot that did not record it).
-    pub pci_gpus: Option<Vec<(String, Option<String>)>>,
+    /// NVIDIA GPUs on the PCI bus, written as `sys/bus/pci/devices/<address>/{vendor,class,
+    /// device}` and a `driver` link (none when the driver is `None`); `None` = no
+    /// `sys/bus/pci` (a snapshot that did not record it).
+    pub pci_gpus: Option<Vec<PciGpuSpec>>,
     /// WSL2: the `libcuda*` file names in `usr/lib/wsl/lib` (an empty directory when
     /// empty); `None` = not WSL2. `/dev/dxg` is a [`SnapshotSpec::nodes`] entry.
     pub wsl_libs: Option<Vec<String>>,
@@ -238,6 +252,7 @@ impl Default for SnapshotSpec {
             kprobes: true,
             nokaslr: false,
             iomem_hmm: true,
+            iomem_recorded: true,
             nodes: standard_nodes(2, 508),
             container: ContainerSpec::Host,
             device_allow: None,
@@ -369,7 +384,9 @@ pub fn write_snapshot_fixture(dir: &Path, spec: &SnapshotSpec) -> io::Result<()>
         cmdline.push_str(" nokaslr");
     }
     put("/proc/cmdline", format!("{cmdline}\n").as_bytes())?;
-    put("/proc/iomem", iomem(spec).as_bytes())?;
+    if spec.iomem_recorded {
+        put("/proc/iomem", iomem(spec).as_bytes())?;
+    }
     put("/proc/modules", modules(spec).as_bytes())?;
     put("/proc/devices", devices(spec).as_bytes())?;
     if let Some(driver) = &spec.driver {
@@ -442,10 +459,21 @@ pub fn write_snapshot_fixture(dir: &Path, spec: &SnapshotSpec) -> io::Result<()>
     }
     if let Some(gpus) = &spec.pci_gpus {
         fs::create_dir_all(dir.join("sys/bus/pci/devices"))?;
-        for (address, driver) in gpus {
+        for PciGpuSpec {
+            address,
+            driver,
+            device,
+        } in gpus
+        {
             let d = format!("/sys/bus/pci/devices/{address}");
             put(&format!("{d}/vendor"), b"0x10de\n")?;
             put(&format!("{d}/class"), b"0x030200\n")?;
+            if let Some(device) = device {
+                put(
+                    &format!("{d}/device"),
+                    format!("0x{device:04x}\n").as_bytes(),
+                )?;
+            }
             if let Some(driver) = driver {
                 std::os::unix::fs::symlink(
                     format!("../../../../bus/pci/drivers/{driver}"),

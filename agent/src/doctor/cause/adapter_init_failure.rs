@@ -28,6 +28,7 @@ pub const CAUSE: Cause = Cause {
         (Fits::CuinitHung, Weak),
         (Fits::CallHung(None), Weak),
         (Fits::CallFailed(None), Weak),
+        (Fits::LaterCall(&[]), Weak),
         (Fits::Host(HostSymptom::DriverSeesNoGpu), Weak),
         (Fits::Host(HostSymptom::DriverNotLoaded), Weak),
         (Fits::Host(HostSymptom::SmiNoDevices), Weak),

@@ -47,6 +47,7 @@ fn fits(f: Fits) -> String {
         Fits::CallFailed(c) => format!("{} fails", c.unwrap_or("a driver call")),
         Fits::Open(e) => format!("open {}", e.join("/")),
         Fits::StartCall(c) => format!("a start-up call {}", codes(c)),
+        Fits::LaterCall(c) => format!("a later call {}", codes(c)),
         Fits::DeviceCountLow => "device count low".to_string(),
         Fits::Fork => "fork after cuInit".to_string(),
         Fits::Slow => "slow start".to_string(),

@@ -36,7 +36,7 @@ pub const CAUSE: Cause = Cause {
         (Fits::Host(HostSymptom::HmmErrorLogged), Decisive),
     ],
     needs: &[OpenModule, HmmAllowed, KernelHmm],
-    rules_out: &[AtsAddressing],
+    rules_out: &[AtsAddressing, UvmUnreachable],
     supports: &[
         (HmmErrorLogged, Decisive),
         (HmmFailureProbed, Decisive),

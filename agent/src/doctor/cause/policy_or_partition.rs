@@ -19,6 +19,7 @@ pub const CAUSE: Cause = Cause {
     produces: &[
         (Fits::Cuinit(&[46]), Strong),
         (Fits::StartCall(&[46]), Strong),
+        (Fits::LaterCall(&[46]), Strong),
         (Fits::Cuinit(&[100, 3]), Weak),
         (Fits::StartCall(&[100, 101]), Weak),
         (Fits::DeviceCountLow, Weak),

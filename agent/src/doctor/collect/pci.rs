@@ -1,5 +1,5 @@
 //! NVIDIA GPUs on the PCI bus and the driver bound to each: `/sys/bus/pci/devices/` (Linux
-//! `Documentation/ABI/testing/sysfs-bus-pci`: `vendor`, `class`, the `driver` link).
+//! `Documentation/ABI/testing/sysfs-bus-pci`: `vendor`, `device`, `class`, the `driver` link).
 //!
 //! What the hardware has, whether or not the nvidia driver took it: a GPU held by `vfio-pci`
 //! or `nouveau`, or by no driver at all because the nvidia module was refused, is here and
@@ -51,10 +51,14 @@ pub(super) fn collect_pci_gpus(root: &Root) -> Fact<Vec<PciGpu>> {
             .ok()
             .and_then(|t| t.rsplit('/').next().map(str::to_string))
             .filter(|d| !d.is_empty());
+        let device = read("device")
+            .ok()
+            .and_then(|d| u16::from_str_radix(d.trim_start_matches("0x"), 16).ok());
         gpus.push(PciGpu {
             address: name.clone(),
             class,
             driver,
+            device,
         });
     }
     Fact::ok(gpus, PCI_DEVICES)

@@ -28,6 +28,7 @@ fn gpu(addr: &str, driver: Option<&str>) -> PciGpu {
         address: addr.into(),
         class: "0x030200".into(),
         driver: driver.map(str::to_string),
+        device: None,
     }
 }
 
@@ -308,6 +309,48 @@ fn the_classes_batch_3_found_are_named() {
         Some(AdapterInitFailure),
         "{d:#?}"
     );
+}
+
+/// What held-out batch 4 (2026-12-05) found, as classes: a compute-mode refusal of a call
+/// past start-up, HMM named where UVM cannot be reached, a cause only its hazard's
+/// background speaks for listed beside one with its decisive mark.
+#[test]
+fn the_classes_batch_4_found_are_named() {
+    // Exclusive_Process refusing a later call (a framework's first op on a rank's GPU).
+    let excl = healthy_open_host().smi(|s| s.compute_mode = vec!["Exclusive_Process".into()]);
+    let later = watched()
+        .cuinit(0, 0.3)
+        .context("a PyTorch op on a DDP rank", 46, 0.01);
+    assert_eq!(leading(&excl, &later), PolicyOrPartition);
+    // Near miss: the same refusal in compute mode Default: nothing names it.
+    assert_eq!(leading(&healthy_open_host(), &later), UnexplainedFailure);
+
+    // cuInit 3 on an HMM-prone host whose /dev/nvidia-uvm the container may not open: the
+    // denial explains it, HMM (behind that open) is ruled out.
+    let e = motivating_host();
+    let denied = watched()
+        .cuinit(3, 0.02)
+        .failed_open("/dev/nvidia-uvm", "EACCES");
+    let d = diagnose(&e, &denied);
+    assert_eq!(
+        d.leading().map(|f| f.rule),
+        Some(DevicePermission),
+        "{d:#?}"
+    );
+    assert!(d
+        .ruled_out
+        .iter()
+        .any(|r| r.rule == HmmSetupFailure && r.by == "uvm_unreachable"));
+
+    // 802 on an NVSwitch host whose Fabric Manager is not running: HMM's background (KASLR,
+    // an old kernel) does not make it a possible cause beside it.
+    let fabric = e
+        .clone()
+        .smi(|s| s.fabric_state = vec!["In Progress".into()])
+        .daemons(&["nvidia-persistenced"]);
+    let d = diagnose(&fabric, &watched().cuinit(802, 0.3).opens(4));
+    assert_eq!(d.leading().map(|f| f.rule), Some(FabricNotReady), "{d:#?}");
+    assert!(!named(&d).contains(&HmmSetupFailure), "{d:#?}");
 }
 
 #[test]

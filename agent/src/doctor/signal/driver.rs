@@ -179,6 +179,44 @@ fn bound_to_nvidia(g: &[PciGpu]) -> Vec<&str> {
         .collect()
 }
 
+/// The first PCI device ID of the GPUs after Ada: in the compatible-GPU table of
+/// open-gpu-kernel-modules' README (595.45.04) every ID from 0x2900 is Blackwell or later
+/// (B200 0x2901, GB200 0x2941, RTX 5090 0x2b85, RTX PRO 6000 0x2bb1-0x2bb5, GB10 0x2e12,
+/// B300 0x3182) and every ID below is Ada or earlier. NVIDIA drives them with the open
+/// kernel modules only (the proprietary module prints "requires use of the NVIDIA open
+/// kernel modules" and fails RmInitAdapter).
+pub const FIRST_OPEN_ONLY_DEVICE: u16 = 0x2900;
+
+pub(super) fn needs_open(i: &Input) -> Reading {
+    let logged = super::kernel_log::needs_open(i);
+    if logged.state == super::State::Holds {
+        return logged;
+    }
+    let e = i.e;
+    let (Some(d), Some(g)) = (e.driver.get(), pci(i)) else {
+        return logged;
+    };
+    let open_only: Vec<String> = g
+        .iter()
+        .filter_map(|g| {
+            g.device
+                .filter(|id| *id >= FIRST_OPEN_ONLY_DEVICE)
+                .map(|id| format!("{} (10de:{id:04x})", g.address))
+        })
+        .collect();
+    if d.open_module || open_only.is_empty() {
+        return logged;
+    }
+    Reading::holds(
+        format!(
+            "{} is Blackwell or later, and the {} module loaded is the proprietary one",
+            open_only.join(", "),
+            d.version
+        ),
+        Source::host(&e.pci_gpus.source),
+    )
+}
+
 pub(super) fn holds_gpu(i: &Input) -> Reading {
     let f = &i.e.pci_gpus;
     let Some(g) = pci(i) else {

@@ -134,15 +134,31 @@ pub(super) fn ats(i: &Input) -> Reading {
 
 pub(super) fn memory_set_up(i: &Input) -> Reading {
     let f = &i.e.iomem_hmm;
-    match f.get() {
-        Some(l) => Reading::either(
-            !l.is_empty(),
-            format!("{} nvidia-uvm-hmm region(s)", l.len()),
-            "no nvidia-uvm-hmm region",
-            Source::host(&f.source),
-        ),
-        None => Reading::of_unread(f),
-    }
+    let Some(l) = f.get() else {
+        return Reading::of_unread(f);
+    };
+    // One region per GPU whose UVM_REGISTER_GPU set it up (`uvm_pmm_devmem_init`): fewer
+    // regions than GPUs is a set-up that failed (or never ran) on some.
+    let gpus =
+        i.e.gpus
+            .get()
+            .map(|g| g.len())
+            .filter(|n| *n > 0)
+            .or_else(|| i.e.smi.get().map(|s| s.gpus as usize).filter(|n| *n > 0))
+            .unwrap_or(1);
+    Reading::either(
+        l.len() >= gpus,
+        format!("{} nvidia-uvm-hmm region(s) for {gpus} GPU(s)", l.len()),
+        if l.is_empty() {
+            "no nvidia-uvm-hmm region".to_string()
+        } else {
+            format!(
+                "{} nvidia-uvm-hmm region(s) for {gpus} GPU(s): set up on some only",
+                l.len()
+            )
+        },
+        Source::host(&f.source),
+    )
 }
 
 pub(super) fn memory_missing(i: &Input) -> Reading {

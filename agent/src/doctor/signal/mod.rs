@@ -263,10 +263,12 @@ signals! {
     /// Every GPU `nvidia-smi -q` gives an addressing mode for uses ATS (Grace): ATS excludes
     /// HMM (`uvm_hmm_is_enabled_system_wide`).
     AtsAddressing = "ats_addressing" => hmm::ats;
-    /// HMM device memory is set up: `/proc/iomem` has `nvidia-uvm-hmm` regions (the name
-    /// `uvm_pmm_devmem_init` gives `request_free_mem_region`).
+    /// HMM device memory is set up for every GPU: `/proc/iomem` has an `nvidia-uvm-hmm`
+    /// region (the name `uvm_pmm_devmem_init` gives `request_free_mem_region`) for each GPU
+    /// the driver registered.
     HmmMemorySetUp = "hmm_memory_set_up" => hmm::memory_set_up;
-    /// No HMM device memory is set up: no `nvidia-uvm-hmm` region in `/proc/iomem`.
+    /// HMM device memory is missing for some GPU: fewer `nvidia-uvm-hmm` regions in
+    /// `/proc/iomem` than GPUs (none at all before the first CUDA start).
     HmmMemoryMissing = "hmm_memory_missing" => hmm::memory_missing;
     /// KASLR randomizes the memory layout: no `nokaslr` on the command line and the kernel
     /// is built with it.
@@ -340,8 +342,10 @@ signals! {
     ProbeFailed = "probe_failed" => kernel_log::probe_failed;
     /// The GPU needs the open kernel modules (`requires use of the NVIDIA open kernel
     /// modules`, proprietary module, Blackwell and later), or the proprietary module's attach
-    /// refused it (`RmInitAdapter failed! (0x22:0x56:...)`).
-    NeedsOpenModule = "needs_open_module" => kernel_log::needs_open;
+    /// refused it (`RmInitAdapter failed! (0x22:0x56:...)`); or, the log silent or unread,
+    /// the proprietary module is loaded beside a GPU whose PCI device ID is of Blackwell or
+    /// later (from 0x2900: open-gpu-kernel-modules README, compatible GPUs).
+    NeedsOpenModule = "needs_open_module" => driver::needs_open;
     /// This driver branch does not support the GPU: `NVRM: The NVIDIA <GPU> GPU installed in
     /// this system is supported through the NVIDIA <branch> Legacy drivers` (`nv.c`).
     LegacyGpu = "legacy_gpu" => kernel_log::legacy;
@@ -437,6 +441,10 @@ signals! {
     AllowListMissesUvm = "allow_list_misses_uvm" => nodes::allow_list_misses_uvm;
     /// uvmwatch's own open of a node was refused (`EPERM`, `EACCES`).
     NodeOpenDenied = "node_open_denied" => nodes::open_denied;
+    /// No UVM call can be made where the process runs: nvidia_uvm is not loaded,
+    /// `/dev/nvidia-uvm` is missing, or its open (the process's, or uvmwatch's own) is
+    /// refused or finds no driver. What happens in `UVM_REGISTER_GPU` cannot be the cause.
+    UvmUnreachable = "uvm_unreachable" => nodes::uvm_unreachable;
     /// uvmwatch's own open of a GPU or control node failed with `EIO`.
     NodeOpenIoError = "node_open_io_error" => nodes::open_eio;
 

@@ -256,6 +256,44 @@ pub(super) fn open_denied(i: &Input) -> Reading {
     own_open(i, &["EPERM", "EACCES"], |_| true, "open refused")
 }
 
+pub(super) fn uvm_unreachable(i: &Input) -> Reading {
+    const UVM: &str = "/dev/nvidia-uvm";
+    // The process's own open of it, refused or failed.
+    if let Some((p, err)) = i.o.failed_opens.iter().find(|(p, _)| p == UVM) {
+        return Reading::holds(
+            format!("the process's open of {p}: {err}"),
+            Source::probe("probe:openat"),
+        );
+    }
+    let uvm = super::driver::uvm_not_loaded(i);
+    if uvm.state == State::Holds {
+        return uvm;
+    }
+    let absent = node_absent(i, UVM);
+    if absent.state == State::Holds {
+        return absent;
+    }
+    let denied = own_open(
+        i,
+        &["EPERM", "EACCES", "ENXIO", "ENODEV"],
+        |p| p == UVM,
+        "refusal of /dev/nvidia-uvm",
+    );
+    if denied.state == State::Holds {
+        return denied;
+    }
+    match (absent.state, uvm.state) {
+        (State::Fails, State::Fails) => Reading::fails(
+            format!("{UVM} there and nvidia_uvm loaded"),
+            Source::host(&i.e.dev_nodes.source),
+        ),
+        _ => Reading::unknown(
+            format!("whether {UVM} can be reached is not known"),
+            Source::host(&i.e.dev_nodes.source),
+        ),
+    }
+}
+
 pub(super) fn open_eio(i: &Input) -> Reading {
     own_open(
         i,

@@ -424,6 +424,7 @@ fn a_gpu_bound_to_nvidia_that_nvidia_smi_does_not_list() {
                     address: format!("0000:{:02x}:00.0", 0x18 + n),
                     class: "0x030200".into(),
                     driver: Some("nvidia".into()),
+                    device: Some(0x2335),
                 })
                 .collect(),
             "/sys/bus/pci/devices",
@@ -443,6 +444,7 @@ fn a_gpu_bound_to_nvidia_that_nvidia_smi_does_not_list() {
                 address: "0000:18:00.0".into(),
                 class: "0x030200".into(),
                 driver: Some("vfio-pci".into()),
+                device: Some(0x2335),
             }],
             "/sys/bus/pci/devices",
         )
@@ -520,5 +522,106 @@ fn under_mig_a_process_sees_one_mig_device() {
             Sig::VisibleDevicesSeveral
         ),
         State::Fails
+    );
+}
+
+#[test]
+fn a_blackwell_gpu_beside_the_proprietary_module_needs_the_open_one() {
+    // PCI device IDs of open-gpu-kernel-modules' README (595.45.04, compatible GPUs).
+    let host = |id: u16, open: bool| {
+        let e = healthy_open_host().with(|e| {
+            if let Ok(p) = &mut e.pci_gpus.value {
+                p[0].device = Some(id);
+            }
+        });
+        if open {
+            e
+        } else {
+            e.proprietary()
+        }
+    };
+    for (id, name) in [
+        (0x2901, "NVIDIA B200"),
+        (0x2941, "NVIDIA GB200"),
+        (0x2bb5, "NVIDIA RTX PRO 6000 Blackwell Server Edition"),
+        (0x2b85, "NVIDIA GeForce RTX 5090"),
+        (0x2e12, "NVIDIA GB10"),
+        (0x3182, "NVIDIA B300 SXM6 AC"),
+    ] {
+        assert_eq!(
+            state(&host(id, false), &plain(), Sig::NeedsOpenModule),
+            State::Holds,
+            "{name}"
+        );
+        assert_eq!(
+            state(&host(id, true), &plain(), Sig::NeedsOpenModule),
+            State::Fails,
+            "{name} on the open module"
+        );
+    }
+    for (id, name) in [
+        (0x2335, "NVIDIA H200"),
+        (0x26b9, "NVIDIA L40S"),
+        (0x28e3, "NVIDIA GeForce RTX 3050 A Laptop GPU"),
+        (0x20b2, "NVIDIA A100-SXM4-80GB"),
+    ] {
+        assert_eq!(
+            state(&host(id, false), &plain(), Sig::NeedsOpenModule),
+            State::Fails,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn hmm_memory_is_set_up_for_each_gpu_or_missing_for_some() {
+    let regions = |n: usize, gpus: usize| {
+        healthy_open_host().with(|e| {
+            e.iomem_hmm = Fact::ok(
+                (0..n)
+                    .map(|g| format!("3fe0{g:08x}-3fffffffffff : nvidia-uvm-hmm"))
+                    .collect(),
+                "/proc/iomem",
+            );
+            e.gpus = Fact::ok(
+                (0..gpus)
+                    .map(|g| format!("0000:{:02x}:00.0", 0x18 + g))
+                    .collect(),
+                "/proc/driver/nvidia/gpus",
+            );
+        })
+    };
+    assert_eq!(
+        state(&regions(8, 8), &plain(), Sig::HmmMemorySetUp),
+        State::Holds
+    );
+    // Seven of eight: the eighth GPU's set-up failed (the motivating incident's picture).
+    assert_eq!(
+        state(&regions(7, 8), &plain(), Sig::HmmMemorySetUp),
+        State::Fails
+    );
+    assert_eq!(
+        state(&regions(7, 8), &plain(), Sig::HmmMemoryMissing),
+        State::Holds
+    );
+}
+
+#[test]
+fn uvm_unreachable_when_its_module_node_or_open_is_not_there() {
+    let e = healthy_open_host();
+    assert_eq!(
+        state(&e, &watched().cuinit(3, 0.2), Sig::UvmUnreachable),
+        State::Fails
+    );
+    let denied = watched()
+        .cuinit(3, 0.02)
+        .failed_open("/dev/nvidia-uvm", "EACCES");
+    assert_eq!(state(&e, &denied, Sig::UvmUnreachable), State::Holds);
+    let no_node = e.clone().without_node("/dev/nvidia-uvm");
+    assert_eq!(state(&no_node, &plain(), Sig::UvmUnreachable), State::Holds);
+    let no_module = e.with(|e| e.modules = Fact::ok(vec!["nvidia".into()], "/proc/modules"));
+    assert_eq!(
+        state(&no_module, &plain(), Sig::UvmUnreachable),
+        State::Holds
     );
 }
