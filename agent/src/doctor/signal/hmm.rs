@@ -96,10 +96,40 @@ pub(super) fn kernel_hmm(i: &Input) -> Reading {
                 .filter(|(set, _)| !set)
                 .map(|(_, k)| *k)
                 .collect();
-            Reading::fails(format!("{} not set", missing.join(", ")), src)
+            // What ran beats what the config file says: a config read from another kernel's
+            // file (a container's /boot, a stand-in module) can say HMM is compiled out while
+            // nvidia_uvm's HMM set-up is seen running.
+            match seen_running(i) {
+                Some(seen) => Reading::holds(
+                    format!(
+                        "{} not set in the config read, but {seen}",
+                        missing.join(", ")
+                    ),
+                    src,
+                ),
+                None => Reading::fails(format!("{} not set", missing.join(", ")), src),
+            }
         }
         _ => Reading::of_unread(&e.kernel_config),
     }
+}
+
+/// What shows nvidia_uvm's HMM set-up ran on this kernel, whatever its config says: an
+/// HMM set-up error it logged, `request_free_mem_region` failing inside its ioctl, or an
+/// `nvidia-uvm-hmm` region it made.
+fn seen_running(i: &Input) -> Option<String> {
+    if let Some(l) = i.log.as_ref().and_then(|c| c.hmm_errors.first()) {
+        return Some(format!("nvidia_uvm logged its HMM set-up: {l}"));
+    }
+    if let Some(s) =
+        i.o.kernel_signals
+            .iter()
+            .find(|s| s.contains(FREE_MEM_REGION))
+    {
+        return Some(format!("the probes saw its HMM set-up: {s}"));
+    }
+    let regions = i.e.iomem_hmm.get().map_or(0, |l| l.len());
+    (regions > 0).then(|| format!("/proc/iomem holds {regions} nvidia-uvm-hmm region(s)"))
 }
 
 /// The addressing modes `nvidia-smi -q` printed (drivers before 550 print none).
