@@ -15,10 +15,11 @@
 //!    driver) and the symptom fits it strongly;
 //! 5. a candidate without a decisive signal that yields to another candidate with one, or
 //!    that only weak signals speak for (the background a hazard is made of) beside a
-//!    candidate with a decisive signal, is ruled out, explained by that one.
+//!    candidate a strong or decisive signal speaks for, is ruled out, explained by that one.
 //!
-//! Candidates are ranked by score; on equal score a specific cause before a generic one,
-//! then the order of `CAUSES`. Confidence comes from what
+//! Candidates are ranked by score; on equal score one a strong or decisive signal speaks
+//! for before one only weak signals do, a specific cause before a generic one, then the
+//! order of `CAUSES`. Confidence comes from what
 //! was seen: high with a decisive signal, nothing strong against it and every needed signal
 //! known; medium with a score of at least 4 (a strong signal and a weak one, or more);
 //! low otherwise. A symptom with no candidate is [`CauseId::UnexplainedFailure`]: the
@@ -132,33 +133,39 @@ pub fn judge(e: &Evidence, o: &Observations, s: &Signals, sym: Option<Symptom>) 
                     w.score > 0 && (besides >= 2 || w.fit == Some(Weight::Decisive) || generic)
                 });
             ruled_out.extend(weak.iter().map(|w| weighed_out(w, s)));
-            // Explained away by a candidate with its decisive mark.
+            // Explained away: a candidate declared to yield to one with its decisive mark, and
+            // one that only weak signals speak for (the background a hazard is made of)
+            // beside a candidate that a strong or decisive signal speaks for.
             let decisive: Vec<CauseId> = candidates
                 .iter()
                 .filter(|w| w.decisive)
                 .map(|w| w.cause.id)
                 .collect();
-            // A candidate declared to yield to one with its decisive mark, and one that
-            // only weak signals speak for (the background a hazard is made of) beside a
-            // candidate with its decisive mark, is explained away by it.
+            let strong: Vec<CauseId> = candidates
+                .iter()
+                .filter(|w| w.decisive || w.strong_for)
+                .map(|w| w.cause.id)
+                .collect();
             candidates.retain(|w| {
-                let by = w
+                if w.decisive {
+                    return true;
+                }
+                let declared = w
                     .cause
                     .yields_to
                     .iter()
                     .find(|y| decisive.contains(y))
-                    .or_else(|| {
-                        (!w.strong_for && w.fit != Some(Weight::Decisive))
-                            .then(|| decisive.first())
-                            .flatten()
-                            .filter(|d| **d != w.cause.id)
-                    });
-                match by.filter(|_| !w.decisive) {
-                    Some(by) => {
+                    .map(|by| (*by, "whose decisive signal holds"));
+                let background = (!w.strong_for && w.fit != Some(Weight::Decisive))
+                    .then(|| strong.iter().find(|d| **d != w.cause.id))
+                    .flatten()
+                    .map(|by| (*by, "which a stronger signal speaks for"));
+                match declared.or(background) {
+                    Some((by, why)) => {
                         ruled_out.push(RuledOut {
                             rule: w.cause.id,
                             by: by.as_str().to_string(),
-                            why: format!("explained by {by}, whose decisive signal holds"),
+                            why: format!("explained by {by}, {why}"),
                             source: String::new(),
                         });
                         false
@@ -166,11 +173,13 @@ pub fn judge(e: &Evidence, o: &Observations, s: &Signals, sym: Option<Symptom>) 
                     None => true,
                 }
             });
-            // By score; on equal score a specific cause before a generic one, then (the
-            // sort is stable) the order of CAUSES.
+            // By score; on equal score one with a strong signal before one with weak ones
+            // only, a specific cause before a generic one, then (the sort is stable) the
+            // order of CAUSES.
             candidates.sort_by(|a, b| {
                 b.score
                     .cmp(&a.score)
+                    .then(b.strong_for.cmp(&a.strong_for))
                     .then(a.cause.generic.cmp(&b.cause.generic))
             });
             if candidates.is_empty() {

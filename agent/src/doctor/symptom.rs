@@ -38,6 +38,9 @@ pub enum HostSymptom {
     DriverSeesNoGpu,
     /// A GPU failed in the kernel (failed to initialize, fell off the bus, GSP failed).
     GpuFailed,
+    /// The loaded driver refused a GPU on the bus for its branch or flavour (a legacy GPU, a
+    /// GPU without GSP under the open module); it may drive others.
+    GpuNotDriven,
     /// The kernel logged a lockup, hung task or oops in nvidia code.
     DriverHangLogged,
     /// The user-space driver and the kernel module do not match (kernel log or NVML).
@@ -391,7 +394,20 @@ fn of_host(s: &Signals) -> Vec<Symptom> {
         if *what == HostSymptom::DriverNotLoaded && !DRIVER_WANTED.iter().any(|g| s.holds(*g)) {
             continue;
         }
-        if *what == HostSymptom::NodesMissing && !s.holds(Sig::DriverLoaded) {
+        if matches!(what, HostSymptom::NodesMissing | HostSymptom::GpuNotDriven)
+            && !s.holds(Sig::DriverLoaded)
+        {
+            continue;
+        }
+        // The service VM of the Shared NVSwitch model (Fabric Manager User Guide): nvidia
+        // loaded for the NVSwitches, no GPU on the bus by design (nv.c loads GPU-less with
+        // an NVSwitch present).
+        if matches!(
+            what,
+            HostSymptom::DriverSeesNoGpu | HostSymptom::SmiNoDevices
+        ) && s.holds(Sig::NvswitchPresent)
+            && s.holds(Sig::NoGpuOnPci)
+        {
             continue;
         }
         let r = s.get(sig);
@@ -454,6 +470,11 @@ const HOST_SYMPTOMS: &[(HostSymptom, Severity, &[Sig])] = &[
             Sig::NeedsOpenModule,
             Sig::NodeOpenIoError,
         ],
+    ),
+    (
+        HostSymptom::GpuNotDriven,
+        Severity::Warning,
+        &[Sig::LegacyGpu, Sig::OpenModuleUnsupportedGpu],
     ),
     (
         HostSymptom::DriverHangLogged,

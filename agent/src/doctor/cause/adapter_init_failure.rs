@@ -24,6 +24,10 @@ pub const CAUSE: Cause = Cause {
     produces: &[
         (Fits::Host(HostSymptom::GpuFailed), Strong),
         (Fits::Open(&["EIO"]), Strong),
+        // nv_open_device: NV_ERR_GPU_IS_LOST becomes -ENODEV (kernel-open/nvidia/nv.c).
+        (Fits::Open(&["ENODEV"]), Weak),
+        (Fits::StartCall(&[]), Weak),
+        (Fits::DeviceCountLow, Weak),
         (Fits::Cuinit(&[100, 101, 999, 3]), Weak),
         (Fits::CuinitHung, Weak),
         (Fits::CallHung(None), Weak),

@@ -20,6 +20,7 @@ pub const CAUSE: Cause = Cause {
         (Fits::Host(HostSymptom::SmiUnknownError), Weak),
         (Fits::Cuinit(&[999, 100, 3]), Weak),
         (Fits::StartCall(&[]), Weak),
+        (Fits::DeviceCountLow, Weak),
     ],
     needs: &[],
     rules_out: &[Wsl],
@@ -29,7 +30,9 @@ pub const CAUSE: Cause = Cause {
         (AllowListMissesUvm, Strong),
         (InContainer, Weak),
     ],
-    against: &[(DeviceOpensOk, Weak)],
+    // A node made for another major is refused by an allow-list of the current one: the
+    // number, not the policy, is what is wrong.
+    against: &[(DeviceOpensOk, Weak), (NodeNumberMismatch, Strong)],
     generic: false,
     yields_to: &[],
     hazards: &[],

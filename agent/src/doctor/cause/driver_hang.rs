@@ -25,7 +25,9 @@ pub const CAUSE: Cause = Cause {
     needs: &[],
     rules_out: &[Wsl],
     supports: &[
-        (ThreadInDriver, Strong),
+        // The hang itself, seen from /proc: it confirms the symptom more than it names a cause.
+        (ThreadInDriver, Weak),
+        (StackOutsideHmm, Strong),
         (DriverLockupLogged, Strong),
         (DriverOopsLogged, Decisive),
         (DriverWarnLogged, Weak),

@@ -9,8 +9,8 @@ use super::{step, Cause, CauseId, Ctx, Hazard, Weight::*};
 pub const HMM_CONF: &str = "/etc/modprobe.d/uvmwatch-disable-hmm.conf";
 
 /// `cuInit`'s codes of a failed set-up: 3 (NVIDIA open-gpu-kernel-modules issues 797, 901,
-/// 947), 802 on some releases, 100 where the framework reports "no CUDA device" after it.
-const CODES: &[i64] = &[3, 802, 100];
+/// 947), 100 where the framework reports "no CUDA device" after it.
+const CODES: &[i64] = &[3, 100];
 
 pub const CAUSE: Cause = Cause {
     id: CauseId::HmmSetupFailure,
@@ -36,7 +36,7 @@ pub const CAUSE: Cause = Cause {
         (Fits::Host(HostSymptom::HmmErrorLogged), Decisive),
     ],
     needs: &[OpenModule, HmmAllowed, KernelHmm],
-    rules_out: &[AtsAddressing, UvmUnreachable],
+    rules_out: &[AtsAddressing, UvmUnreachable, NoDeviceOpens, GpuNodesAbsent],
     supports: &[
         (HmmErrorLogged, Decisive),
         (HmmFailureProbed, Decisive),
@@ -46,13 +46,12 @@ pub const CAUSE: Cause = Cause {
         (HmmMemoryMissing, Weak),
         (KaslrOn, Weak),
         (KernelLacksKaslrFix, Weak),
-        (DeviceOpensOk, Weak),
-        (SmiListsGpus, Weak),
         (MigOn, Weak),
     ],
     against: &[
         (HmmMemorySetUp, Strong),
         (HmmSilentWithPrints, Strong),
+        (StackOutsideHmm, Strong),
         (GpuFellOffBus, Strong),
         (AdapterInitFailed, Strong),
         (ForkedAfterInit, Strong),

@@ -46,7 +46,7 @@ pub const CAUSE: Cause = Cause {
         (NoGpuOnPci, Strong),
     ],
     generic: false,
-    yields_to: &[CauseId::NoGpu],
+    yields_to: &[CauseId::NoGpu, CauseId::AdapterInitFailure],
     hazards: &[],
     tell_apart: "sudo modprobe nvidia; sudo dmesg | tail -n 5 && mokutil --sb-state: the kernel's own reason for refusing it",
     fix,

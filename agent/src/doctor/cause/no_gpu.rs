@@ -18,6 +18,7 @@ pub const CAUSE: Cause = Cause {
           NV_ERR_INVALID_LOCK_STATE).",
     produces: &[
         (Fits::Host(HostSymptom::DriverSeesNoGpu), Strong),
+        (Fits::Host(HostSymptom::GpuNotDriven), Decisive),
         (Fits::Host(HostSymptom::SmiNoDevices), Strong),
         (Fits::Host(HostSymptom::DriverNotLoaded), Strong),
         (Fits::Host(HostSymptom::GpuFailed), Weak),
@@ -26,7 +27,7 @@ pub const CAUSE: Cause = Cause {
         (Fits::Open(&["ENOENT", "ENXIO", "ENODEV"]), Weak),
     ],
     needs: &[],
-    rules_out: &[Wsl, DriverHoldsGpu],
+    rules_out: &[Wsl, DriverHoldsEveryGpu],
     supports: &[
         (DriverFoundNoGpu, Decisive),
         (DriverRegisteredNoGpu, Decisive),

@@ -18,8 +18,11 @@ pub const CAUSE: Cause = Cause {
     produces: &[
         (Fits::Open(&["ENOENT", "ENXIO", "ENODEV"]), Strong),
         (Fits::Host(HostSymptom::NodesMissing), Strong),
+        // NVML in a container given no GPU node finds none: "No devices were found".
+        (Fits::Host(HostSymptom::SmiNoDevices), Weak),
         (Fits::Cuinit(&[999, 100, 3]), Weak),
         (Fits::StartCall(&[100]), Weak),
+        (Fits::DeviceCountLow, Weak),
     ],
     needs: &[DriverLoaded],
     rules_out: &[Wsl],
@@ -32,7 +35,11 @@ pub const CAUSE: Cause = Cause {
         (UvmMajorMissing, Weak),
         (CuinitQuick, Weak),
     ],
-    against: &[(NodeNumberMismatch, Strong), (DeviceOpensOk, Weak)],
+    against: &[
+        (NodeNumberMismatch, Strong),
+        (DeviceOpensOk, Weak),
+        (GpuFellOffBus, Strong),
+    ],
     generic: false,
     yields_to: &[CauseId::NoGpu, CauseId::ModuleRefused],
     hazards: &[],

@@ -29,6 +29,7 @@ pub const CAUSE: Cause = Cause {
     supports: &[
         (ComputeProhibited, Decisive),
         (MigWithoutDevices, Decisive),
+        (VisibleDevicesParentUnderMig, Decisive),
         (ComputeExclusive, Strong),
         (MigOn, Strong),
         (OtherCudaProcesses, Weak),

@@ -271,7 +271,7 @@ fn the_classes_batch_3_found_are_named() {
     assert!(d
         .ruled_out
         .iter()
-        .any(|r| r.rule == NoGpu && r.by == "driver_holds_gpu"));
+        .any(|r| r.rule == NoGpu && r.by == "driver_holds_every_gpu"));
 
     // A thread in D state whose call was not seen: the symptom named, the driver hang.
     let stuck = watched().with(|o| {
@@ -351,6 +351,71 @@ fn the_classes_batch_4_found_are_named() {
     let d = diagnose(&fabric, &watched().cuinit(802, 0.3).opens(4));
     assert_eq!(d.leading().map(|f| f.rule), Some(FabricNotReady), "{d:#?}");
     assert!(!named(&d).contains(&HmmSetupFailure), "{d:#?}");
+}
+
+/// What a review of pictures built from NVIDIA's documented behaviour found (2026-12-05),
+/// as classes: HMM named from its background alone, or where its set-up was never reached;
+/// a lost GPU's ENODEV read as a missing node; an NVSwitch-only service VM read as a driver
+/// without a GPU.
+#[test]
+fn the_classes_the_review_found_are_named() {
+    let e = motivating_host();
+    // cuInit 3 with nokaslr already in place and the driver calls unseen: HMM's background
+    // (one weak signal) does not name it.
+    let nokaslr = e.clone().with(|e| {
+        if let Ok(c) = &mut e.cmdline.value {
+            c.push_str(" nokaslr");
+        }
+    });
+    let blind = watched()
+        .cuinit(3, 0.3)
+        .opens(5)
+        .unavailable("ioctl: kprobe attach failed");
+    assert_eq!(leading(&nokaslr, &blind), UnexplainedFailure);
+    // cuInit 3 before any device was opened: UVM_REGISTER_GPU was never reached.
+    let d = diagnose(&e, &watched().cuinit(3, 0.001));
+    assert!(d
+        .ruled_out
+        .iter()
+        .any(|r| r.rule == HmmSetupFailure && r.by == "no_device_opens"));
+    // A lost GPU (Xid 79) whose node's open gives ENODEV (nv_open_device).
+    let lost = e.clone().log(|l| {
+        l.xids = vec![79];
+        l.nvidia_lines =
+            vec!["NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.".into()];
+    });
+    let enodev = watched().opens(2).failed_open("/dev/nvidia0", "ENODEV");
+    assert_eq!(leading(&lost, &enodev), AdapterInitFailure);
+    // The Shared NVSwitch service VM: nvidia loaded for the switches, no GPU by design.
+    let service_vm = e.with(|e| {
+        e.gpus = crate::doctor::facts::Fact::ok(vec![], "/proc/driver/nvidia/gpus");
+        e.pci_gpus = crate::doctor::facts::Fact::ok(vec![], "/sys/bus/pci/devices");
+        e.nvswitch_nodes =
+            crate::doctor::facts::Fact::ok(vec!["/dev/nvidia-nvswitch0".into()], "/dev");
+    });
+    assert!(diagnose(&service_vm, &plain()).symptom.is_none());
+}
+
+/// The vm-test's stand-in nvidia_uvm on Debian's 6.1 kernel (CI, 2026-12-05): the package
+/// config has CONFIG_DEVICE_PRIVATE off, yet the probes saw `request_free_mem_region` fail
+/// inside UVM_REGISTER_GPU and nvidia_uvm logged it. What ran outweighs what the config file
+/// says: HMM set-up is named.
+#[test]
+fn hmm_seen_failing_is_named_whatever_the_config_file_says() {
+    let e = motivating_host().config("CONFIG_DEVICE_PRIVATE", None);
+    let probed = register_gpu_no_memory().with(|o| {
+        o.kernel_signals
+            .push("request_free_mem_region = -34 (ERANGE) in UVM_REGISTER_GPU".into())
+    });
+    assert_eq!(leading(&e, &probed), HmmSetupFailure);
+    // Near miss: the config off and nothing seen of the set-up: HMM is ruled out.
+    let d = diagnose(&e, &register_gpu_no_memory());
+    assert!(
+        d.ruled_out
+            .iter()
+            .any(|r| r.rule == HmmSetupFailure && r.by == "kernel_hmm"),
+        "{d:#?}"
+    );
 }
 
 #[test]

@@ -217,12 +217,26 @@ pub(super) fn needs_open(i: &Input) -> Reading {
     )
 }
 
-pub(super) fn holds_gpu(i: &Input) -> Reading {
+pub(super) fn holds_every_gpu(i: &Input) -> Reading {
     let f = &i.e.pci_gpus;
     let Some(g) = pci(i) else {
         return Reading::of_unread(f);
     };
     let bound = bound_to_nvidia(g);
+    let others: Vec<String> = g
+        .iter()
+        .filter(|g| g.driver.as_deref() != Some("nvidia"))
+        .map(|g| {
+            format!(
+                "{} bound to {}",
+                g.address,
+                g.driver.as_deref().unwrap_or("no driver")
+            )
+        })
+        .collect();
+    if !others.is_empty() {
+        return Reading::fails(others.join(", "), Source::host(&f.source));
+    }
     // An excluded GPU stays bound to nvidia, unused (`NVreg_ExcludedGpus`).
     let excluded = excluded(i);
     if !bound.is_empty() && excluded.state == super::State::Holds {

@@ -184,6 +184,14 @@ const HMM_ERRORS: &[&str] = &[
     "failed to initialize device private memory",
 ];
 
+/// nv.c's lines after probes that ran and failed.
+const PROBED_BUT_FAILED: &[&str] = &[
+    "None of the NVIDIA devices were initialized",
+    "probe routine failed for",
+    // modprobe's ENODEV for the same load (nvidia_init_module).
+    INSERT_NO_DEVICE,
+];
+
 /// `(initStatus, rmStatus)` of `RmInitAdapter failed! (0x22:0x56:884)`.
 fn init_code(line: &str) -> Option<(u32, u32)> {
     let rest = &line[line.find("RmInitAdapter failed! (")? + "RmInitAdapter failed! (".len()..];
@@ -302,6 +310,17 @@ pub fn classify(log: &KernelLog) -> Classified {
         {
             c.gsp.push(l.clone());
         }
+    }
+    // "The NVIDIA probe routine failed for N device(s)" / "None of the NVIDIA devices were
+    // initialized" (nv.c) follow the line that says why each probe failed: a GPU there that
+    // did not come up, not a bus without one. With that reason logged, they are its echo.
+    if !(c.bar.is_empty()
+        && c.probe_failed.is_empty()
+        && c.needs_open.is_empty()
+        && c.wpr2.is_empty())
+    {
+        c.found_no_gpu
+            .retain(|l| !PROBED_BUT_FAILED.iter().any(|p| l.contains(p)));
     }
     for l in &log.driver_hangs {
         match report_kind(l) {

@@ -245,9 +245,9 @@ signals! {
     /// An NVIDIA GPU is bound to another kernel driver (`vfio-pci`, `nouveau`), on the PCI
     /// bus, or as the driver's own `NVRM: GPU ... is already bound to ...` line says.
     GpuHeldElsewhere = "gpu_held_elsewhere" => driver::held_elsewhere;
-    /// An NVIDIA GPU on the PCI bus is bound to `nvidia` (its probe succeeded: the driver
-    /// has it), and `ExcludedGpus` names none; unknown when it names some.
-    DriverHoldsGpu = "driver_holds_gpu" => driver::holds_gpu;
+    /// Every NVIDIA GPU on the PCI bus is bound to `nvidia` (its probe succeeded: the
+    /// driver has it), and `ExcludedGpus` names none; unknown when it names some.
+    DriverHoldsEveryGpu = "driver_holds_every_gpu" => driver::holds_every_gpu;
     /// More GPUs are bound to `nvidia` than `nvidia-smi` lists (else than the driver
     /// registered): the driver has a GPU it could not bring up (`RmInitAdapter` runs at the
     /// first open, after the probe bound it).
@@ -258,7 +258,10 @@ signals! {
     /// its default: true only on x86_64 from driver 535 (`uvm_hmm.c`: HMM is off by default
     /// on other architectures, and was an opt-in alpha before 535).
     HmmAllowed = "hmm_allowed" => hmm::allowed;
-    /// The kernel has what HMM needs: `CONFIG_HMM_MIRROR` and `CONFIG_DEVICE_PRIVATE`.
+    /// The kernel has what HMM needs: `CONFIG_HMM_MIRROR` and `CONFIG_DEVICE_PRIVATE`; or,
+    /// whatever the config file read says, nvidia_uvm's HMM set-up was seen running (its
+    /// set-up error logged, `request_free_mem_region` failing in its ioctl, an
+    /// `nvidia-uvm-hmm` region in `/proc/iomem`).
     KernelHmm = "kernel_hmm" => hmm::kernel_hmm;
     /// Every GPU `nvidia-smi -q` gives an addressing mode for uses ATS (Grace): ATS excludes
     /// HMM (`uvm_hmm_is_enabled_system_wide`).
@@ -404,8 +407,8 @@ signals! {
     /// enumerates MIG devices only, so it has none there.
     MigWithoutDevices = "mig_without_devices" => smi::mig_without_devices;
     /// An NVSwitch system: `/dev/nvidia-nvswitch*` nodes, a fabric state other than `N/A`
-    /// (fourth-generation NVSwitch systems have no nodes), or four or more SXM data-center
-    /// GPUs of the HGX generations (an NVSwitch baseboard).
+    /// (fourth-generation NVSwitch systems have no nodes), or eight SXM data-center GPUs of
+    /// the HGX generations (an 8-GPU NVSwitch baseboard; 4-GPU boards have no NVSwitch).
     NvswitchPresent = "nvswitch_present" => smi::nvswitch;
     /// Some GPU's fabric registration is not `Completed`.
     FabricIncomplete = "fabric_incomplete" => smi::fabric_incomplete;
@@ -426,8 +429,8 @@ signals! {
     UvmNodeAbsent = "uvm_node_absent" => nodes::uvm_absent;
     /// No GPU node (`/dev/nvidia<N>`) where the process runs.
     GpuNodesAbsent = "gpu_nodes_absent" => nodes::gpu_nodes_absent;
-    /// A container with no `/dev/nvidia*` node at all while the host's driver has GPUs: no
-    /// GPU was given to it.
+    /// A container with no GPU node (`/dev/nvidia<N>`) while the host's driver has GPUs: no
+    /// GPU was given to it (control and UVM nodes or not).
     ContainerWithoutGpu = "container_without_gpu" => nodes::container_without_gpu;
     /// `nvidia-uvm` has no character major in `/proc/devices` while `nvidia` is loaded.
     UvmMajorMissing = "uvm_major_missing" => nodes::uvm_major_missing;
@@ -483,7 +486,8 @@ signals! {
     OpenMissing = "open_missing" => process::open_missing;
     /// An open of a `/dev/nvidia*` node failed with `EPERM` or `EACCES`.
     OpenDenied = "open_denied" => process::open_denied;
-    /// An open of a GPU or control node failed with `EIO`.
+    /// An open of a GPU, control or UVM node failed with `EIO` (on `/dev/nvidia-uvm`: UVM's
+    /// global fatal error, an ECC or RC error).
     OpenIoError = "open_io_error" => process::open_eio;
     /// `UVM_REGISTER_GPU` returned a status other than `NV_OK`.
     RegisterGpuFailed = "register_gpu_failed" => process::register_failed;
@@ -500,6 +504,9 @@ signals! {
     /// The stuck thread's stack is in HMM device-memory set-up (`uvm_pmm_devmem_init`,
     /// `devmem_alloc_pagemap`, `memremap_pages`, `request_free_mem_region`).
     StackInHmmSetup = "stack_in_hmm_setup" => process::stack_in_hmm;
+    /// The stuck thread's stack was read: it is in RM (nvidia code), with no nvidia_uvm
+    /// frame (a thread in nvidia_uvm may wait on the lock HMM set-up holds).
+    StackOutsideHmm = "stack_outside_hmm" => process::stack_outside_hmm;
     /// `cuInit` returned 0.
     CuinitOk = "cuinit_ok" => process::cuinit_ok;
     /// `cuInit` failed within a second.
@@ -527,6 +534,10 @@ signals! {
     /// `CUDA_VISIBLE_DEVICES` lists more than one device: the process means to use several
     /// (under MIG, CUDA enumerates one MIG device a process).
     VisibleDevicesSeveral = "visible_devices_several" => process::visible_several;
+    /// With MIG on, `CUDA_VISIBLE_DEVICES` names a GPU by its `GPU-<uuid>` alone: under MIG
+    /// the parent GPU is no CUDA device (MIG User Guide, CUDA Device Enumeration: a MIG
+    /// device is named `MIG-<uuid>` or `GPU-<uuid>/<gi>/<ci>`), so CUDA finds none.
+    VisibleDevicesParentUnderMig = "visible_devices_parent_under_mig" => process::visible_parent_under_mig;
 }
 
 /// Every signal read once for one judgement.

@@ -97,12 +97,19 @@ pub(super) fn container_without_gpu(i: &Input) -> Reading {
     };
     let host_gpus = e.gpus.get().map(|g| g.len());
     match (nodes(e), host_gpus) {
-        (Some(n), Some(g)) => Reading::either(
-            n.is_empty() && g > 0,
-            format!("{kind} container with no /dev/nvidia* node; the host's driver has {g} GPU(s)"),
-            format!("{kind} container with {} NVIDIA node(s)", n.len()),
-            Source::host(&e.dev_nodes.source),
-        ),
+        (Some(n), Some(g)) => {
+            // No GPU node: the runtime gave it none (NVIDIA_VISIBLE_DEVICES=none or void,
+            // no --gpus), whatever control and UVM nodes it has.
+            let gpu_nodes = n.iter().filter(|d| is_gpu_node(&d.path)).count();
+            Reading::either(
+                gpu_nodes == 0 && g > 0,
+                format!(
+                    "{kind} container with no /dev/nvidia<N> node; the host's driver has {g} GPU(s)"
+                ),
+                format!("{kind} container with {gpu_nodes} GPU node(s)"),
+                Source::host(&e.dev_nodes.source),
+            )
+        }
         (Some(n), None) if !n.is_empty() => Reading::fails(
             format!("{kind} container with {} NVIDIA node(s)", n.len()),
             Source::host(&e.dev_nodes.source),

@@ -82,7 +82,10 @@ pub(super) fn linux_libcuda_mapped(i: &Input) -> Reading {
         Some(l) => {
             let linux: Vec<String> = l
                 .iter()
-                .filter(|m| !m.path.starts_with(WSL_LIB))
+                // WSL's loader in /usr/lib/wsl/lib loads the Windows driver's own libcuda
+                // from its driver store, /usr/lib/wsl/drivers/<inf>/ (CUDA on WSL User
+                // Guide): both are WSL's.
+                .filter(|m| !m.path.starts_with("/usr/lib/wsl/"))
                 .map(|m| format!("{} (pid {})", m.path, m.pid))
                 .collect();
             Reading::either(

@@ -134,6 +134,14 @@ pub(super) fn no_opens(i: &Input) -> Reading {
     if let Some(why) = unavailable(o, "openat") {
         return Reading::unknown(format!("opens not seen: {why}"), probe("openat"));
     }
+    // A driver call seen (a failed or stuck ioctl, a kernel function inside one) was made
+    // on an open node, whether its open was seen or came before the agent.
+    if o.failed_call.is_some() || o.stuck_in.is_some() || !o.kernel_signals.is_empty() {
+        return Reading::fails(
+            "driver calls were seen: the driver was reached",
+            probe("ioctl"),
+        );
+    }
     Reading::either(
         o.device_opens == 0 && o.failed_opens.is_empty(),
         "no device open: the driver was never reached",
@@ -179,7 +187,11 @@ pub(super) fn open_denied(i: &Input) -> Reading {
 }
 
 pub(super) fn open_eio(i: &Input) -> Reading {
-    failed_opens(i, &["EIO"], |p| is_gpu_node(p) || p == "/dev/nvidiactl")
+    // /dev/nvidia-uvm too: uvm_open returns the errno of UVM's global fatal error (an ECC
+    // or RC error, NV_ERR_ECC_ERROR -> EIO: uvm_common.c, uvm_global.c).
+    failed_opens(i, &["EIO"], |p| {
+        is_gpu_node(p) || p == "/dev/nvidiactl" || p == "/dev/nvidia-uvm"
+    })
 }
 
 /// The last failed driver call, when it is `UVM_REGISTER_GPU`.
@@ -256,7 +268,12 @@ fn nvidia_symbol(s: &str) -> bool {
 fn thread(i: &Input, found: impl FnOnce(&Observations) -> Option<String>, none: &str) -> Reading {
     let o = i.o;
     let src = Source::probe(format!("{}/stack", o.stuck_thread_dir()));
-    if o.stuck_in.is_none() && !o.cuinit_in_flight {
+    if o.stuck_in.is_none()
+        && !o.cuinit_in_flight
+        && o.stuck_state.is_none()
+        && o.stuck_wchan.is_none()
+        && o.stuck_stack.is_empty()
+    {
         return Reading::unknown("no stuck thread", src);
     }
     if let Some(f) = found(o) {
@@ -309,6 +326,31 @@ pub(super) fn stack_in_hmm(i: &Input) -> Reading {
         },
         "no HMM set-up frame on the stack",
     )
+}
+
+pub(super) fn stack_outside_hmm(i: &Input) -> Reading {
+    let o = i.o;
+    let src = Source::probe(format!("{}/stack", o.stuck_thread_dir()));
+    if o.stuck_stack.is_empty() {
+        return Reading::unknown("no stack read", src);
+    }
+    // A thread in nvidia_uvm (uvm_* frames) may wait for the global lock another thread
+    // holds in HMM set-up: only a stack in RM alone speaks against HMM.
+    let in_uvm = o
+        .stuck_stack
+        .iter()
+        .any(|s| s.contains("uvm_") || HMM_FRAMES.iter().any(|f| s.contains(f)));
+    match o.stuck_stack.iter().find(|s| nvidia_symbol(s)) {
+        Some(f) if !in_uvm => Reading::holds(format!("{f}, no nvidia_uvm frame"), src),
+        _ => Reading::fails(
+            if in_uvm {
+                "nvidia_uvm frames on the stack"
+            } else {
+                "no nvidia frame on the stack"
+            },
+            src,
+        ),
+    }
 }
 
 /// `cuInit`'s result as the cuInit probe saw it: unknown when it did not return.
@@ -541,6 +583,43 @@ pub(super) fn visible_several(i: &Input) -> Reading {
         n > 1,
         format!("CUDA_VISIBLE_DEVICES={v}: {n} devices"),
         format!("CUDA_VISIBLE_DEVICES={v}: {n} device(s)"),
+        r.source,
+    )
+}
+
+pub(super) fn visible_parent_under_mig(i: &Input) -> Reading {
+    let r = visible_set(i);
+    if r.state != State::Holds {
+        return Reading {
+            state: if r.state == State::Fails {
+                State::Fails
+            } else {
+                State::Unknown
+            },
+            ..r
+        };
+    }
+    let Some(smi) = i.e.smi.get() else {
+        return Reading::of_unread(&i.e.smi);
+    };
+    let mig = smi.mig_mode.iter().any(|m| m == "Enabled");
+    let v = i.o.cuda_visible_devices.clone().unwrap_or_default();
+    let parents: Vec<&str> = v
+        .split(',')
+        .map(str::trim)
+        .filter(|e| e.to_ascii_lowercase().starts_with("gpu-") && !e.contains('/'))
+        .collect();
+    Reading::either(
+        mig && !parents.is_empty(),
+        format!(
+            "CUDA_VISIBLE_DEVICES={v} names the GPU {} itself, with MIG on",
+            parents.join(", ")
+        ),
+        if mig {
+            format!("CUDA_VISIBLE_DEVICES={v} names no parent GPU")
+        } else {
+            "MIG off".to_string()
+        },
         r.source,
     )
 }

@@ -291,9 +291,12 @@ pub(super) fn nvswitch(i: &Input) -> Reading {
                     format!("fabric state {}", states.join(", ")),
                     Source::host(&e.smi.source),
                 )
-            } else if hgx >= 4 {
+            } else if hgx >= 8 {
                 // Fourth- and fifth-generation NVSwitch systems have no nodes, and a driver
-                // before 535 prints no fabric state: the board tells.
+                // before 535 prints no fabric state: the board tells. Eight SXM GPUs are an
+                // NVSwitch baseboard (HGX/DGX 8-GPU); four-GPU boards (HGX A100 4-GPU, HGX
+                // H100 4-GPU, DGX Station A100) link their GPUs directly, without NVSwitch
+                // or Fabric Manager (Fabric Manager User Guide, supported platforms).
                 Reading::holds(
                     format!(
                         "{hgx} HGX parts ({}): an NVSwitch baseboard",

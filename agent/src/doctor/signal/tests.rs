@@ -401,7 +401,7 @@ fn the_kernel_log_is_classified_once_for_every_reader() {
 #[test]
 fn a_gpu_bound_to_nvidia_that_nvidia_smi_does_not_list() {
     let e = healthy_open_host();
-    assert_eq!(state(&e, &plain(), Sig::DriverHoldsGpu), State::Holds);
+    assert_eq!(state(&e, &plain(), Sig::DriverHoldsEveryGpu), State::Holds);
     assert_eq!(state(&e, &plain(), Sig::BoundGpuNotListed), State::Fails);
     // nvidia-smi: "No devices were found" with the GPU bound (RmInitAdapter at first open).
     let none = e.clone().with(|e| {
@@ -449,7 +449,10 @@ fn a_gpu_bound_to_nvidia_that_nvidia_smi_does_not_list() {
             "/sys/bus/pci/devices",
         )
     });
-    assert_eq!(state(&vfio, &plain(), Sig::DriverHoldsGpu), State::Fails);
+    assert_eq!(
+        state(&vfio, &plain(), Sig::DriverHoldsEveryGpu),
+        State::Fails
+    );
     let excluded = e.with(|e| {
         e.driver_params = Fact::ok(
             [("ExcludedGpus".to_string(), "\"0000:18:00.0\"".to_string())]
@@ -459,7 +462,7 @@ fn a_gpu_bound_to_nvidia_that_nvidia_smi_does_not_list() {
         )
     });
     assert_eq!(
-        state(&excluded, &plain(), Sig::DriverHoldsGpu),
+        state(&excluded, &plain(), Sig::DriverHoldsEveryGpu),
         State::Unknown
     );
 }
@@ -624,4 +627,118 @@ fn uvm_unreachable_when_its_module_node_or_open_is_not_there() {
         state(&no_module, &plain(), Sig::UvmUnreachable),
         State::Holds
     );
+}
+
+#[test]
+fn a_stack_in_rm_alone_is_outside_hmm_and_one_in_nvidia_uvm_is_not() {
+    let e = healthy_open_host();
+    let stack = |frames: &[&str]| {
+        watched().in_flight(200.0).with(|o| {
+            o.stuck_state = Some("D (disk sleep)".into());
+            o.stuck_stack = frames.iter().map(|f| f.to_string()).collect();
+        })
+    };
+    let rm = stack(&[
+        "__down_common+0x116/0x200",
+        "os_acquire_mutex+0x37/0x50 [nvidia]",
+        "rm_ioctl+0x63/0xb0 [nvidia]",
+    ]);
+    assert_eq!(state(&e, &rm, Sig::StackOutsideHmm), State::Holds);
+    // Waiting in nvidia_uvm for the lock another thread holds in HMM set-up.
+    let uvm = stack(&["uvm_gpu_retain_by_uuid+0x40/0x1a0 [nvidia_uvm]"]);
+    assert_eq!(state(&e, &uvm, Sig::StackOutsideHmm), State::Fails);
+    assert_eq!(
+        state(&e, &watched().in_flight(9.0), Sig::StackOutsideHmm),
+        State::Unknown
+    );
+}
+
+#[test]
+fn a_container_given_no_gpu_node_and_a_parent_gpu_named_under_mig() {
+    // NVIDIA_VISIBLE_DEVICES=none: control and UVM nodes, no /dev/nvidia<N>.
+    let none = healthy_open_host().without_node("/dev/nvidia0").with(|e| {
+        if let Ok(c) = &mut e.container.value {
+            c.kind = "docker".into();
+        }
+    });
+    assert_eq!(
+        state(&none, &plain(), Sig::ContainerWithoutGpu),
+        State::Holds
+    );
+    let mig = healthy_open_host().smi(|s| {
+        s.mig_mode = vec!["Enabled".into()];
+        s.mig_devices = vec![1];
+    });
+    let parent = watched()
+        .cuinit(100, 0.02)
+        .visible_devices("GPU-7327fca2-18fa-b021-ba3d-8499a04c9c81");
+    assert_eq!(
+        state(&mig, &parent, Sig::VisibleDevicesParentUnderMig),
+        State::Holds
+    );
+    let mig_device = watched()
+        .cuinit(0, 0.3)
+        .visible_devices("MIG-4f1c2b3a-0d9e-5a6b-8c7d-1e2f3a4b5c6d");
+    assert_eq!(
+        state(&mig, &mig_device, Sig::VisibleDevicesParentUnderMig),
+        State::Fails
+    );
+    assert_eq!(
+        state(
+            &healthy_open_host(),
+            &parent,
+            Sig::VisibleDevicesParentUnderMig
+        ),
+        State::Fails
+    );
+}
+
+#[test]
+fn driver_calls_seen_mean_the_driver_was_reached() {
+    let e = healthy_open_host();
+    let no_opens = watched().cuinit(3, 0.2);
+    assert_eq!(state(&e, &no_opens, Sig::NoDeviceOpens), State::Holds);
+    let called = no_opens.failed_call("UVM_REGISTER_GPU", "/dev/nvidia-uvm", "NV_ERR_NO_MEMORY");
+    assert_eq!(state(&e, &called, Sig::NoDeviceOpens), State::Fails);
+}
+
+#[test]
+fn four_sxm_gpus_are_no_nvswitch_board_and_eight_are() {
+    let board = |n: usize| {
+        healthy_open_host().smi(|s| {
+            s.gpus = n as u32;
+            s.product_name = vec!["NVIDIA H100 80GB HBM3".into(); n];
+            s.fabric_state = vec![];
+        })
+    };
+    assert_eq!(
+        state(&board(4), &plain(), Sig::NvswitchPresent),
+        State::Fails
+    );
+    assert_eq!(
+        state(&board(8), &plain(), Sig::NvswitchPresent),
+        State::Holds
+    );
+}
+
+#[test]
+fn hmm_seen_running_outweighs_a_config_that_compiles_it_out() {
+    // Debian's 6.1 package config has CONFIG_DEVICE_PRIVATE off (the vm-test's kernel_facts).
+    let off = healthy_open_host().config("CONFIG_DEVICE_PRIVATE", None);
+    assert_eq!(state(&off, &plain(), Sig::KernelHmm), State::Fails);
+    // ...but nvidia_uvm's HMM set-up was seen running: the config read is not this kernel's.
+    let probed = register_gpu_no_memory().with(|o| {
+        o.kernel_signals
+            .push("request_free_mem_region = -34 (ERANGE) in UVM_REGISTER_GPU".into())
+    });
+    assert_eq!(state(&off, &probed, Sig::KernelHmm), State::Holds);
+    let logged = off.clone().with(|e| {
+        e.kernel_log = Fact::ok(
+            parse_kernel_log(
+                "[  9.1] nvidia-uvm: uvm_pmm_gpu.c:320 devmem_alloc_pagemap[pid:511] request_free_mem_region() err -34",
+            ),
+            "dmesg",
+        )
+    });
+    assert_eq!(state(&logged, &plain(), Sig::KernelHmm), State::Holds);
 }
