@@ -1,8 +1,9 @@
 //! The incident bank: public reports of CUDA failing to start, each rebuilt as a snapshot of
 //! the host it happened on (`agent/tests/incidents/<id>.json`, one file per incident, with its
 //! URL, what the report shows, who confirmed the cause and what the case fills in from a
-//! healthy host), judged by the real `uvmwatch doctor --root`. Each case names the rule that
-//! must come first (or `healthy`) and the near-miss rules that must not appear; a case with a
+//! healthy host), judged by the real `uvmwatch doctor --root`. Each case names the cause that
+//! must come first (the leading cause of its symptom, else the top hazard, or `healthy`) and
+//! the near-miss causes that must not appear; a case with a
 //! recorded failure must never read healthy. Kept apart from the rules' unit tests: these are
 //! data, the rules' own tests are logic. `docs/testing.md` says how to add a case. No root.
 
@@ -16,8 +17,8 @@ mod bank;
 
 use bank::{cause_ids, doctor, write_case, Host};
 
-/// At least this many cases (issue 32).
-const MIN_CASES: usize = 100;
+/// At least this many cases: the bank only grows (206 after held-out batch 5, issue 32).
+const MIN_CASES: usize = 200;
 
 /// One incident (`docs/testing.md`, "Incident bank").
 #[derive(Debug, Deserialize)]
