@@ -81,8 +81,17 @@ doctor_run() {
 	shift
 	uvmwatch --log-format json doctor --format json "$@" >"$_o" 2>"$_o.log"
 }
-# doctor_rules OUT: the rules of the findings in a doctor JSON report, worst first.
-doctor_rules() { sed -n 's/^ *"rule": "\([a-z_]*\)".*/\1/p' "$1" | one_line; }
+# doctor_rules OUT: the causes the doctor JSON report names (its findings, and those of the
+# other failures in `also`), worst first; not the ruled-out ones. A finding's own fields are
+# two levels below its `"findings": [` line.
+doctor_rules() {
+	awk '
+	/"findings": \[/ { match($0, /^ */); d = RLENGTH; inf = 1; next }
+	inf && match($0, /^ *\]/) && RLENGTH - 1 == d { inf = 0; next }
+	inf && match($0, /^ *"rule": "/) && RLENGTH - 9 == d + 4 {
+		v = substr($0, RLENGTH + 1); sub(/".*/, "", v); print v
+	}' "$1" | one_line
+}
 
 # The doctor on the refused driver: not "nothing to diagnose", but why it is not there.
 test_nvidia_doctor_refused() {

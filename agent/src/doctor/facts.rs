@@ -167,7 +167,8 @@ pub struct SmiOutcome {
 pub struct KernelLog {
     /// Every line starting with `NVRM:` or containing `nvidia-uvm:` / `nvidia:` (last 200).
     pub nvidia_lines: Vec<String>,
-    /// Xid numbers seen (`NVRM: Xid (PCI:...): 79, ...`), in order.
+    /// Xid numbers seen (`NVRM: Xid (PCI:...): 79, ...`), each once, in the order first seen
+    /// (the first [`MAX_XIDS`](crate::doctor::collect::kernel_log::MAX_XIDS) distinct).
     pub xids: Vec<u32>,
     /// An `API mismatch` line (user-space / kernel module version differ).
     pub api_mismatch: Option<String>,

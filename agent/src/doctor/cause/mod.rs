@@ -134,7 +134,8 @@ pub struct Cause {
     /// Signals against it.
     pub against: &'static [(Sig, Weight)],
     /// Causes that explain it away: when one of them has its decisive signal, this one is
-    /// ruled out (a missing UVM node on a host whose driver found no GPU).
+    /// ruled out unless it has a decisive signal of its own (a missing GPU node on a host
+    /// whose driver found no GPU).
     pub yields_to: &'static [CauseId],
     /// A generic cause names the class of a symptom, not a mechanism (a thread stuck in the
     /// driver): it stays a candidate on a strong fit with the symptom alone, and on equal

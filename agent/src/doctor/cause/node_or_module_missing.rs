@@ -28,6 +28,7 @@ pub const CAUSE: Cause = Cause {
     rules_out: &[Wsl],
     supports: &[
         (OpenMissing, Strong),
+        (UvmOpenMissing, Decisive),
         (UvmNotLoaded, Strong),
         (UvmNodeAbsent, Strong),
         (CtlNodeAbsent, Strong),

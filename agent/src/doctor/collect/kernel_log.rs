@@ -124,6 +124,10 @@ pub const NO_GPU_LINES: &[&str] = &[
 /// Most [`KernelLog::no_gpu`] lines kept (the first after the last successful load).
 pub const MAX_NO_GPU_LINES: usize = 20;
 
+/// Distinct Xid numbers kept (nverror.h defines about 150): a log of a storm of one Xid, or
+/// of made-up ones, stays a short list.
+pub const MAX_XIDS: usize = 64;
+
 /// Start of the line `nvidia.ko` prints once it has loaded (`nvidia_init_module`).
 const DRIVER_LOADED: &str = "NVRM: loading ";
 
@@ -262,7 +266,9 @@ pub fn parse_kernel_log(text: &str) -> KernelLog {
             log.nvidia_lines.push(keep(line));
         }
         if let Some(xid) = parse_xid(msg) {
-            log.xids.push(xid);
+            if log.xids.len() < MAX_XIDS && !log.xids.contains(&xid) {
+                log.xids.push(xid);
+            }
         }
         if msg.contains("API mismatch") {
             log.api_mismatch = Some(keep(line));
@@ -576,6 +582,26 @@ Jan 15 09:41:40 gpu17 kernel: NVRM: Xid (0000:18:00): 13, Graphics SM Warp Excep
         // Bounded.
         let many = "[ 1.0] NVRM: No NVIDIA GPU found.\n".repeat(100);
         assert_eq!(parse_kernel_log(&many).no_gpu.len(), MAX_NO_GPU_LINES);
+    }
+
+    #[test]
+    fn kernel_log_xids_are_kept_once_each_and_bounded() {
+        // A GPU lost early, then a storm of Xid 13 (a faulting kernel relaunched in a loop):
+        // the 79 stays, the storm is one entry.
+        let mut text = String::from(
+            "[ 1.0] NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.\n",
+        );
+        text.push_str(
+            &"[ 2.0] NVRM: Xid (PCI:0000:2a:00): 13, Graphics SM Warp Exception\n".repeat(10_000),
+        );
+        assert_eq!(parse_kernel_log(&text).xids, [79, 13]);
+        // Made-up numbers: the first MAX_XIDS distinct.
+        let made_up: String = (0..1000)
+            .map(|x| format!("[ 3.0] NVRM: Xid (PCI:0000:18:00): {x}, junk\n"))
+            .collect();
+        let xids = parse_kernel_log(&made_up).xids;
+        assert_eq!(xids.len(), MAX_XIDS);
+        assert_eq!(xids[..3], [0, 1, 2]);
     }
 
     #[test]

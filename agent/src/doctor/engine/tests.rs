@@ -418,6 +418,28 @@ fn hmm_seen_failing_is_named_whatever_the_config_file_says() {
     );
 }
 
+/// The vm-test's GPU-less VM with NVIDIA's real modules (CI, 2026-12-05): nvidia loaded and
+/// driving no GPU, nvidia_uvm unloaded under its node, the host's facts read before. The
+/// open of /dev/nvidia-uvm that fails with ENXIO is the module's absence, which no GPU does
+/// not explain (nvidia_uvm loads without one): it is named beside no_gpu. A node made with
+/// another major gives ENXIO too, and stays device_node_mismatch's.
+#[test]
+fn a_uvm_node_without_its_module_is_named_beside_a_driver_without_a_gpu() {
+    let gpuless = healthy_open_host().with(|e| {
+        e.gpus = crate::doctor::facts::Fact::ok(vec![], "/proc/driver/nvidia/gpus");
+        e.pci_gpus = crate::doctor::facts::Fact::ok(vec![], "/sys/bus/pci/devices");
+    });
+    for errno in ["ENXIO", "ENOENT"] {
+        let o = watched()
+            .cuinit(999, 0.09)
+            .opens(4)
+            .failed_open("/dev/nvidia-uvm", errno);
+        let d = diagnose(&gpuless, &o);
+        assert!(named(&d).contains(&NodeOrModuleMissing), "{errno}: {d:#?}");
+        assert!(named(&d).contains(&NoGpu), "{errno}: {d:#?}");
+    }
+}
+
 #[test]
 fn every_cause_has_a_picture_in_this_file() {
     let text = include_str!("tests.rs");

@@ -484,6 +484,11 @@ signals! {
     /// An open of a `/dev/nvidia*` node failed with `ENOENT`, `ENXIO` or `ENODEV`: missing,
     /// or no driver behind it.
     OpenMissing = "open_missing" => process::open_missing;
+    /// An open of `/dev/nvidia-uvm` failed with `ENOENT`, `ENXIO` or `ENODEV`: its node is
+    /// missing, or no driver is behind its major (nvidia_uvm unloaded under it: `chrdev_open`
+    /// gives ENXIO). nvidia_uvm loads and makes no GPU node of its own, so a driver without a
+    /// GPU does not explain it.
+    UvmOpenMissing = "uvm_open_missing" => process::uvm_open_missing;
     /// An open of a `/dev/nvidia*` node failed with `EPERM` or `EACCES`.
     OpenDenied = "open_denied" => process::open_denied;
     /// An open of a GPU, control or UVM node failed with `EIO` (on `/dev/nvidia-uvm`: UVM's

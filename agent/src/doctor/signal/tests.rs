@@ -742,3 +742,18 @@ fn hmm_seen_running_outweighs_a_config_that_compiles_it_out() {
     });
     assert_eq!(state(&logged, &plain(), Sig::KernelHmm), State::Holds);
 }
+
+#[test]
+fn a_uvm_open_missing_its_node_or_module_but_not_one_of_another_major() {
+    let e = healthy_open_host();
+    let enxio = watched()
+        .cuinit(999, 0.02)
+        .failed_open("/dev/nvidia-uvm", "ENXIO");
+    assert_eq!(state(&e, &enxio, Sig::UvmOpenMissing), State::Holds);
+    // Another node's failure is not the UVM node's.
+    let ctl = watched()
+        .cuinit(999, 0.02)
+        .failed_open("/dev/nvidiactl", "ENOENT");
+    assert_eq!(state(&e, &ctl, Sig::UvmOpenMissing), State::Fails);
+    assert_eq!(state(&e, &plain(), Sig::UvmOpenMissing), State::Unknown);
+}
