@@ -94,8 +94,9 @@ fn judge(case: &Case) -> Verdict {
         .unwrap();
     write_case(dir.path(), &case.host, case.observations.as_ref());
     let out = doctor(dir.path(), "json");
-    // `UVMWATCH_INCIDENT_KEEP=<id>`: keep that case's snapshot tree to read or rerun by hand.
-    if std::env::var("UVMWATCH_INCIDENT_KEEP").is_ok_and(|id| id == case.id) {
+    // `UVMWATCH_INCIDENT_KEEP=<id>` (or `all`): keep that case's snapshot tree to read, rerun
+    // by hand or time.
+    if std::env::var("UVMWATCH_INCIDENT_KEEP").is_ok_and(|id| id == case.id || id == "all") {
         eprintln!("{}: snapshot kept at {}", case.id, dir.keep().display());
     }
     let report: Value = serde_json::from_str(&out)
