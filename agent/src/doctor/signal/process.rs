@@ -585,14 +585,7 @@ pub(super) fn visible_narrow(i: &Input) -> Reading {
 pub(super) fn visible_several(i: &Input) -> Reading {
     let r = visible_set(i);
     if r.state != State::Holds {
-        return Reading {
-            state: if r.state == State::Fails {
-                State::Fails
-            } else {
-                State::Unknown
-            },
-            ..r
-        };
+        return r;
     }
     let v = i.o.cuda_visible_devices.clone().unwrap_or_default();
     let n = v.split(',').filter(|e| !e.trim().is_empty()).count();
@@ -607,14 +600,7 @@ pub(super) fn visible_several(i: &Input) -> Reading {
 pub(super) fn visible_parent_under_mig(i: &Input) -> Reading {
     let r = visible_set(i);
     if r.state != State::Holds {
-        return Reading {
-            state: if r.state == State::Fails {
-                State::Fails
-            } else {
-                State::Unknown
-            },
-            ..r
-        };
+        return r;
     }
     let Some(smi) = i.e.smi.get() else {
         return Reading::of_unread(&i.e.smi);
@@ -644,14 +630,7 @@ pub(super) fn visible_parent_under_mig(i: &Input) -> Reading {
 pub(super) fn visible_none(i: &Input) -> Reading {
     let r = visible_set(i);
     if r.state != State::Holds {
-        return Reading {
-            state: if r.state == State::Fails {
-                State::Fails
-            } else {
-                State::Unknown
-            },
-            ..r
-        };
+        return r;
     }
     let v = i.o.cuda_visible_devices.clone().unwrap_or_default();
     let first = v.split(',').next().unwrap_or("").trim().to_string();
