@@ -207,6 +207,15 @@ pub fn is_module_refused_line(msg: &str) -> bool {
     })
 }
 
+/// Whether a kernel message may be one of [`ADAPTER_CAUSES`], [`NO_GPU_LINES`] or
+/// [`MODULE_REFUSED_LINES`]: the driver prints each of its lines with `NVRM: ` (`nv_printf`),
+/// the module refusals name a module (`module`, `nvidia`) or come from LoadPin.
+fn may_be_classified(msg: &str) -> bool {
+    ["NVRM", "nvidia", "module", "LoadPin"]
+        .iter()
+        .any(|k| msg.contains(k))
+}
+
 /// Most [`KernelLog::module_refused`] lines kept.
 pub const MAX_MODULE_REFUSED_LINES: usize = 20;
 
@@ -256,10 +265,16 @@ pub fn parse_kernel_log(text: &str) -> KernelLog {
             log.no_gpu.clear();
             log.module_refused.clear();
         }
-        if log.module_refused.len() < MAX_MODULE_REFUSED_LINES && is_module_refused_line(msg) {
+        // Most lines of a busy host's log are nobody's here: the classifiers below test tens
+        // of patterns each, and only lines that may name the driver or a module reach them.
+        let candidate = may_be_classified(msg);
+        if candidate
+            && log.module_refused.len() < MAX_MODULE_REFUSED_LINES
+            && is_module_refused_line(msg)
+        {
             log.module_refused.push(keep(line));
         }
-        if log.no_gpu.len() < MAX_NO_GPU_LINES && is_no_gpu_line(msg) {
+        if candidate && log.no_gpu.len() < MAX_NO_GPU_LINES && is_no_gpu_line(msg) {
             log.no_gpu.push(keep(line));
         }
         if msg.starts_with("NVRM:") || msg.contains("nvidia-uvm:") || msg.contains("nvidia:") {
@@ -276,7 +291,10 @@ pub fn parse_kernel_log(text: &str) -> KernelLog {
         if msg.contains("RmInitAdapter failed") || msg.contains("rm_init_adapter failed") {
             log.adapter_init_failed.push(keep(line));
         }
-        if log.adapter_causes.len() < MAX_ADAPTER_CAUSE_LINES && adapter_cause(msg).is_some() {
+        if candidate
+            && log.adapter_causes.len() < MAX_ADAPTER_CAUSE_LINES
+            && adapter_cause(msg).is_some()
+        {
             log.adapter_causes.push(keep(line));
         }
         if msg.contains("request_free_mem_region() err") {
