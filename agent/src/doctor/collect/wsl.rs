@@ -10,6 +10,10 @@ use super::super::root::Root;
 use super::why_unreadable;
 use crate::host::discovery::DRIVER_DIRS;
 
+/// WSL's own directory: its loader (`lib/`) and the Windows driver store it maps
+/// (`drivers/<inf>/`, CUDA on WSL User Guide).
+pub const WSL_DIR: &str = "/usr/lib/wsl";
+
 /// Where WSL2 mounts the Windows driver's Linux libraries.
 pub const WSL_LIB: &str = "/usr/lib/wsl/lib";
 

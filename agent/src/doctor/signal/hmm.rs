@@ -4,7 +4,7 @@
 //! the set-up.
 
 use super::super::facts::Evidence;
-use super::{Input, Reading, Source};
+use super::{Input, Reading, Source, State};
 
 /// First mainline release with commit ea72ce5da228 (the x86/kaslr fix).
 const KASLR_FIX_KERNEL: (u32, u32) = (6, 11);
@@ -118,15 +118,13 @@ pub(super) fn kernel_hmm(i: &Input) -> Reading {
 /// HMM set-up error it logged, `request_free_mem_region` failing inside its ioctl, or an
 /// `nvidia-uvm-hmm` region it made.
 fn seen_running(i: &Input) -> Option<String> {
-    if let Some(l) = i.log.as_ref().and_then(|c| c.hmm_errors.first()) {
-        return Some(format!("nvidia_uvm logged its HMM set-up: {l}"));
-    }
-    if let Some(s) =
-        i.o.kernel_signals
-            .iter()
-            .find(|s| s.contains(FREE_MEM_REGION))
-    {
-        return Some(format!("the probes saw its HMM set-up: {s}"));
+    for (seen, how) in [
+        (error_logged(i), "nvidia_uvm logged its HMM set-up"),
+        (failure_probed(i), "the probes saw its HMM set-up"),
+    ] {
+        if seen.state == State::Holds {
+            return Some(format!("{how}: {}", seen.value));
+        }
     }
     let regions = i.e.iomem_hmm.get().map_or(0, |l| l.len());
     (regions > 0).then(|| format!("/proc/iomem holds {regions} nvidia-uvm-hmm region(s)"))

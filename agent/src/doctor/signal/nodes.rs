@@ -140,21 +140,22 @@ pub(super) fn uvm_major_missing(i: &Input) -> Reading {
     }
 }
 
-pub(super) fn number_mismatch(i: &Input) -> Reading {
-    let e = i.e;
+/// The NVIDIA nodes whose major is not the one the kernel registered for their driver:
+/// `(path, major, minor, the kernel's major)`; `Err` with the reading of what could not be
+/// read.
+fn wrong_majors(e: &Evidence) -> Result<Vec<(&str, u32, u32, u32)>, Reading> {
     let (Some(n), Some(devices)) = (nodes(e), e.devices.get()) else {
-        return match nodes(e) {
+        return Err(match nodes(e) {
             None => Reading::of_unread(&e.dev_nodes),
             Some(_) => Reading::of_unread(&e.devices),
-        };
+        });
     };
     let rm = devices
         .get("nvidia-frontend")
         .copied()
         .unwrap_or(NVIDIA_MAJOR);
     let uvm = devices.get("nvidia-uvm").copied();
-    let wrong: Vec<String> = n
-        .iter()
+    Ok(n.iter()
         .filter_map(|d| {
             let (ma, mi) = d.dev?;
             let want = if d.path.starts_with("/dev/nvidia-uvm") {
@@ -164,12 +165,29 @@ pub(super) fn number_mismatch(i: &Input) -> Reading {
             } else {
                 return None;
             };
-            (ma != want).then(|| format!("{} is {ma}:{mi}, the kernel's major is {want}", d.path))
+            (ma != want).then_some((d.path.as_str(), ma, mi, want))
         })
-        .collect();
+        .collect())
+}
+
+/// Whether `/dev/nvidia-uvm` itself was made with a major that is not nvidia-uvm's.
+pub(super) fn uvm_major_wrong(e: &Evidence) -> bool {
+    wrong_majors(e).is_ok_and(|w| w.iter().any(|(p, ..)| *p == "/dev/nvidia-uvm"))
+}
+
+pub(super) fn number_mismatch(i: &Input) -> Reading {
+    let e = i.e;
+    let wrong = match wrong_majors(e) {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
     Reading::either(
         !wrong.is_empty(),
-        wrong.join("; "),
+        wrong
+            .iter()
+            .map(|(p, ma, mi, want)| format!("{p} is {ma}:{mi}, the kernel's major is {want}"))
+            .collect::<Vec<_>>()
+            .join("; "),
         "every node has the kernel's major",
         Source::host(&e.dev_nodes.source),
     )

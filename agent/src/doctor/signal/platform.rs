@@ -5,7 +5,7 @@
 //! Compatibility guide: forward compatibility is for data-center GPUs, with a driver older
 //! than the compat library).
 
-use super::super::collect::wsl::WSL_LIB;
+use super::super::collect::wsl::{WSL_DIR, WSL_LIB};
 use super::super::facts::{Evidence, MappedLibcuda};
 use super::{hmm, Input, Reading, Source};
 
@@ -85,7 +85,7 @@ pub(super) fn linux_libcuda_mapped(i: &Input) -> Reading {
                 // WSL's loader in /usr/lib/wsl/lib loads the Windows driver's own libcuda
                 // from its driver store, /usr/lib/wsl/drivers/<inf>/ (CUDA on WSL User
                 // Guide): both are WSL's.
-                .filter(|m| !m.path.starts_with("/usr/lib/wsl/"))
+                .filter(|m| !std::path::Path::new(&m.path).starts_with(WSL_DIR))
                 .map(|m| format!("{} (pid {})", m.path, m.pid))
                 .collect();
             Reading::either(

@@ -186,13 +186,9 @@ pub(super) fn uvm_open_missing(i: &Input) -> Reading {
     let r = failed_opens(i, MISSING_ERRNOS, |p| p == "/dev/nvidia-uvm");
     // A node made with another major gives ENXIO too: that is a mismatched node, not a
     // missing one (node_number_mismatch).
-    let m = super::nodes::number_mismatch(i);
-    if r.state == State::Holds && m.state == State::Holds && m.value.contains("/dev/nvidia-uvm ") {
+    if r.state == State::Holds && super::nodes::uvm_major_wrong(i.e) {
         return Reading::fails(
-            format!(
-                "{}, but the node's major is not nvidia-uvm's: {}",
-                r.value, m.value
-            ),
+            format!("{}, but the node's major is not nvidia-uvm's", r.value),
             probe("openat"),
         );
     }
